@@ -1,0 +1,50 @@
+# Two entry points (see README.md): `make demo` and `make test`.
+# Each installs what it needs (apt packages, .venv/), builds into build/, and runs.
+PY      := .venv/bin/python
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE   ?= cmake
+LIBFILE := build/tz-capi/libtensorizer.so.0
+
+.PHONY: all setup upstream build python test test-cpp test-asan test-python demo bench clean
+
+all: build
+
+setup:
+	bash scripts/setup.sh
+
+upstream: setup
+	bash scripts/setup-upstream.sh
+
+build: setup
+	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	$(CMAKE) --build build -j $(JOBS)
+	$(MAKE) --no-print-directory python
+
+# The Python package loads the C library from its own directory.
+python:
+	cp -L $(LIBFILE) tz-python/tensorizer/libtensorizer.so.0
+	@$(PY) -c "import tensorizer, sys; sys.exit(0 if tensorizer.__file__.startswith('$(CURDIR)/tz-python') else 1)" 2>/dev/null \
+	  || $(PY) -m pip install -q --no-deps -e tz-python
+
+test-cpp: build
+	cd build && ctest --output-on-failure
+
+# The C++ tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan: setup
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTZ_SANITIZE=address,undefined >/dev/null
+	$(CMAKE) --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure
+
+test-python: build upstream
+	TZ_REQUIRE_UPSTREAM=1 $(PY) -m pytest -q tz-python/tests tests
+
+test: test-cpp test-asan test-python
+
+demo: build
+	$(PY) demo/demo.py
+
+bench: build upstream
+	$(PY) bench/bench_local.py
+
+clean:
+	rm -rf build build-asan tz-python/tensorizer/libtensorizer.so.0

@@ -1,0 +1,254 @@
+/*
+ * tensorizer.h - the stable C ABI of libtensorizer.
+ *
+ * libtensorizer reads and writes tensorizer (|TZR|) files, data versions 1-5,
+ * byte-compatible with the upstream Python tensorizer.
+ *
+ * Conventions
+ * -----------
+ *  - Every function that can fail returns an int: TZ_OK (0) on success or a
+ *    negative TZ_E_* code. The values of the codes are pinned and never change.
+ *  - After a failure, tz_error_last() returns a human-readable message for the
+ *    most recent failure on the calling thread (thread-local storage).
+ *  - Out-parameters come first.
+ *  - Handles are opaque. An object created by tz_X_open/tz_X_new is owned by
+ *    the caller and released with the matching tz_X_close/tz_X_free, which
+ *    accept NULL.
+ *  - Bulk data always goes to and from caller-owned buffers; the library never
+ *    allocates tensor memory on the caller's behalf.
+ *  - Pointers returned inside info structs are borrowed: they stay valid until
+ *    the handle they came from is closed.
+ *  - No C++ exception ever crosses this boundary.
+ *
+ * Thread safety
+ * -------------
+ *  - A tz_reader may be used from several threads at once: every function that
+ *    takes a const tz_reader * or a tz_reader * for reading is internally
+ *    synchronised. Reads spread work over the library's own threads.
+ *  - A tz_writer must be used by one thread at a time.
+ *  - tz_options must not be modified while another thread uses it.
+ */
+#ifndef TENSORIZER_H
+#define TENSORIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  define TZ_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#  define TZ_API __attribute__((visibility("default")))
+#else
+#  define TZ_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Library version ------------------------------------------------------ */
+
+#define TZ_VERSION_MAJOR 0
+#define TZ_VERSION_MINOR 1
+#define TZ_VERSION_PATCH 0
+
+/* "MAJOR.MINOR.PATCH" of the library actually loaded. */
+TZ_API const char *tz_version(void);
+
+/* Newest tensorizer data version this library reads and writes. */
+#define TZ_DATA_VERSION_MAX 5
+
+/* ---- Errors --------------------------------------------------------------- */
+
+#define TZ_OK 0
+#define TZ_E_INVALID_ARG -1   /* bad argument from the caller */
+#define TZ_E_IO -2            /* the OS reported an I/O error (disk full, EIO...) */
+#define TZ_E_NOT_FOUND -3     /* no such file, or tensor index out of range */
+#define TZ_E_FORMAT -4        /* malformed or corrupt file (bad magic, lengths...) */
+#define TZ_E_VERSION -5       /* unsupported data version */
+#define TZ_E_TRUNCATED -6     /* the file ends before a structure it announces */
+#define TZ_E_HASH -7          /* a stored CRC32 / SHA-256 does not match */
+#define TZ_E_CONFLICT -8      /* conflicting tensor paths (duplicate, leaf vs prefix) */
+#define TZ_E_LIMIT -9         /* a format limit was hit (metadata overflow, u16 index...) */
+#define TZ_E_CRYPTO -10       /* encryption/decryption failure or mismatch */
+#define TZ_E_UNSUPPORTED -11  /* valid request this build or file cannot serve */
+#define TZ_E_STATE -12        /* handle used in the wrong state (e.g. closed writer) */
+#define TZ_E_NOMEM -13        /* out of memory */
+#define TZ_E_INTERNAL -99     /* a bug: please report it */
+
+/* Message of the last failure on this thread; "" if none. Never NULL.
+ * The pointer is valid until the next libtensorizer call on this thread. */
+TZ_API const char *tz_error_last(void);
+
+/* Symbolic name of a status code, e.g. "TZ_E_HASH". Never NULL. */
+TZ_API const char *tz_status_name(int status);
+
+/* ---- Options -------------------------------------------------------------- */
+
+/* A bag of string key/value options for opening readers and writers.
+ *
+ * Keys understood for readers:
+ *   "num_threads"  worker threads for bulk reads (default: CPU count, >= 1)
+ *   "verify_hash"  "1" to verify hashes on every read by default ("0")
+ *   "direct_io"    "1" to read large blocks with O_DIRECT when possible ("0")
+ * Keys understood for writers:
+ *   "num_threads"  worker threads for hashing and writing (default: CPU count)
+ * Unknown keys are rejected by tz_options_set with TZ_E_INVALID_ARG. */
+typedef struct tz_options tz_options;
+
+TZ_API int tz_options_new(tz_options **out);
+TZ_API int tz_options_set(tz_options *opts, const char *key, const char *value);
+TZ_API void tz_options_free(tz_options *opts);
+
+/* ---- Tensor types and paths ------------------------------------------------ */
+
+#define TZ_TENSOR_PARAM 0
+#define TZ_TENSOR_BUFFER 1
+#define TZ_TENSOR_STATE_DICT 2
+
+/* One component of a tensor path: a string key or a non-negative list index. */
+typedef struct tz_path_component {
+  int is_index;     /* 1: use `index`; 0: use `str`/`str_len` (UTF-8) */
+  uint64_t index;
+  const char *str;  /* not NUL-terminated */
+  size_t str_len;
+} tz_path_component;
+
+/* ---- Reader --------------------------------------------------------------- */
+
+typedef struct tz_reader tz_reader;
+
+/* File-level facts from the header. */
+typedef struct tz_file_info {
+  uint32_t data_version;
+  uint32_t flags;            /* low 32 bits of the feature flags (bit 0 = encrypted) */
+  uint64_t tensor_count;
+  uint64_t tensor_data_size; /* header "tensor_size": data bytes the writer stored */
+  uint64_t metadata_length;  /* M: length of the metadata index block */
+  uint64_t file_size;
+  int encrypted;             /* 1 if tensor headers carry crypt_info blocks */
+} tz_file_info;
+
+/* What the metadata index says about one tensor. */
+typedef struct tz_tensor_info {
+  const uint8_t *name;       /* the name bytes exactly as stored */
+  size_t name_len;
+  const char *dtype;         /* full dtype string, may contain one NUL (opaque) */
+  size_t dtype_len;
+  uint32_t ndim;
+  const uint64_t *shape;     /* ndim dims, outermost first */
+  int32_t tensor_type;       /* TZ_TENSOR_* */
+  int32_t module_index;      /* from the tensor header; -1 until that header was read */
+  uint64_t header_offset;
+  uint64_t data_offset;
+  uint64_t data_length;      /* bytes stored in the file (0 for meta tensors) */
+  uint64_t nbytes;           /* bytes the tensor occupies in memory: numel * itemsize */
+  uint32_t itemsize;
+  int is_meta;               /* 1: no data stored; reads give zeros */
+  int is_opaque;             /* 1: numpy part is void ("<V2"); see torch_dtype */
+  const char *torch_dtype;   /* e.g. "bfloat16" (no "torch." prefix) or NULL */
+  size_t path_len;           /* number of path components */
+  const tz_path_component *path;
+} tz_tensor_info;
+
+/* Opens a tensorizer file. `uri` is a local path (or file:// URI).
+ * `opts` may be NULL. Parses and validates the header and metadata index. */
+TZ_API int tz_reader_open(tz_reader **out, const char *uri, const tz_options *opts);
+TZ_API void tz_reader_close(tz_reader *reader);
+
+TZ_API int tz_reader_file_info(tz_file_info *out, const tz_reader *reader);
+TZ_API int tz_reader_tensor_count(uint64_t *out, const tz_reader *reader);
+/* Info for tensor `index` (file order). Pointers inside are borrowed from the reader. */
+TZ_API int tz_reader_tensor_info(tz_tensor_info *out, tz_reader *reader, uint64_t index);
+
+/* Reads and validates the headers of the given tensors (all if indices is NULL),
+ * which fills in module_index. Reads do this as a side effect. */
+TZ_API int tz_reader_load_headers(tz_reader *reader, const uint64_t *indices, size_t count);
+
+#define TZ_READ_VERIFY_HASH 0x1u     /* check every stored hash of each tensor */
+#define TZ_READ_NO_VERIFY_HASH 0x2u  /* override the reader's "verify_hash" option */
+
+typedef struct tz_read_request {
+  uint64_t index;  /* tensor index */
+  void *dst;       /* caller buffer of at least `nbytes` bytes of that tensor */
+  uint64_t dst_size;
+} tz_read_request;
+
+/* Reads one tensor's bytes (plaintext, C-contiguous) into dst.
+ * Meta tensors are zero-filled. dst_size must be >= info.nbytes. */
+TZ_API int tz_reader_read(tz_reader *reader, uint64_t index, void *dst, uint64_t dst_size,
+                          uint32_t flags);
+
+/* Reads many tensors in parallel using up to `num_threads` threads (0: the
+ * reader's default). On failure, *failed (if not NULL) receives the position in
+ * `requests` of the request that failed first; buffers of other requests may
+ * be partly written. */
+TZ_API int tz_reader_read_batch(tz_reader *reader, const tz_read_request *requests, size_t count,
+                                uint32_t flags, uint32_t num_threads, size_t *failed);
+
+/* Checks caller-provided bytes (e.g. a module's live tensor) against the hashes
+ * stored in tensor `index`'s header, the header bytes themselves taken as stored.
+ * Returns TZ_OK when every stored hash matches, TZ_E_HASH when one does not. */
+TZ_API int tz_reader_verify_bytes(tz_reader *reader, uint64_t index, const void *data,
+                                  uint64_t size);
+
+/* ---- Writer --------------------------------------------------------------- */
+
+typedef struct tz_writer tz_writer;
+
+/* One tensor to append. */
+typedef struct tz_tensor_desc {
+  const uint8_t *name;   /* encoded name bytes: plain UTF-8, or 0x1E + JSON array */
+  size_t name_len;
+  const char *dtype;     /* dtype string, e.g. "<f4" or "<V2\0torch.bfloat16" */
+  size_t dtype_len;
+  uint32_t ndim;
+  const uint64_t *shape;
+  uint32_t module_index; /* must fit in 16 bits */
+  int32_t tensor_type;   /* TZ_TENSOR_* */
+  int is_meta;           /* 1: store shape and dtype only (data ignored) */
+  const void *data;      /* C-contiguous bytes, numel * itemsize of them */
+  uint64_t data_size;
+} tz_tensor_desc;
+
+/* Creates (truncates) a file and writes an empty tensorizer header. */
+TZ_API int tz_writer_open(tz_writer **out, const char *uri, const tz_options *opts);
+
+/* Appends tensors as one write call: hashing and writing run in parallel;
+ * afterwards the file header and end marker are updated, so the file is
+ * complete and valid even if the writer is never closed. If this is the first
+ * call and the metadata for all `count` tensors does not fit the standard
+ * 256 KiB reserve, the reserve is enlarged (a file upstream still reads).
+ * On failure nothing of this call is recorded in the file header. */
+TZ_API int tz_writer_write(tz_writer *writer, const tz_tensor_desc *tensors, size_t count,
+                           uint32_t num_threads);
+
+typedef struct tz_writer_state {
+  uint32_t data_version;
+  uint64_t tensor_count;
+  uint64_t tensor_data_size; /* Σ data bytes written */
+  uint64_t file_size;        /* bytes up to and including the end marker */
+} tz_writer_state;
+
+TZ_API int tz_writer_state_get(tz_writer_state *out, const tz_writer *writer);
+
+/* Finalises the file (header, end marker) and closes it. The handle stays
+ * allocated until tz_writer_free. Calling it twice is harmless. */
+TZ_API int tz_writer_close(tz_writer *writer);
+/* Frees the handle; closes the file first if still open (errors are dropped). */
+TZ_API void tz_writer_free(tz_writer *writer);
+
+/* ---- Helpers -------------------------------------------------------------- */
+
+/* Encodes a tensor path the way upstream does: a single string component is
+ * written raw; anything else as 0x1E + compact ASCII JSON. Writes at most
+ * `cap` bytes to `out` and the full length to *out_len (call with cap 0 to
+ * measure). */
+TZ_API int tz_path_encode(uint8_t *out, size_t cap, size_t *out_len,
+                          const tz_path_component *path, size_t path_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSORIZER_H */

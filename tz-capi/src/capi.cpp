@@ -1,0 +1,331 @@
+// The C boundary: every entry point catches everything, maps it to a pinned
+// status code and leaves a thread-local message for tz_error_last().
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "reader.hpp"
+#include "tensorizer.h"
+#include "tz/format/error.hpp"
+#include "writer.hpp"
+
+namespace {
+
+thread_local std::string t_last_error;
+
+int set_error(int code, const std::string& message) {
+  t_last_error = message;
+  return code;
+}
+
+// Runs `fn`, translating exceptions into status codes.
+template <class Fn>
+int guarded(Fn&& fn) noexcept {
+  try {
+    t_last_error.clear();
+    fn();
+    return TZ_OK;
+  } catch (const tz::Error& e) {
+    return set_error(static_cast<int>(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(TZ_E_NOMEM, "Out of memory");
+  } catch (const std::exception& e) {
+    return set_error(TZ_E_INTERNAL, std::string("Internal error: ") + e.what());
+  } catch (...) {
+    return set_error(TZ_E_INTERNAL, "Internal error: unknown exception");
+  }
+}
+
+void require(bool ok, const char* message) {
+  if (!ok) tz::fail(tz::Errc::invalid_arg, message);
+}
+
+unsigned parse_threads(const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || n < 1 || n > 1024) {
+    tz::fail(tz::Errc::invalid_arg, "num_threads must be an integer from 1 to 1024");
+  }
+  return unsigned(n);
+}
+
+bool parse_bool(const std::string& key, const std::string& v) {
+  if (v == "1" || v == "true") return true;
+  if (v == "0" || v == "false") return false;
+  tz::fail(tz::Errc::invalid_arg, "option '" + key + "' must be 0 or 1");
+}
+
+}  // namespace
+
+struct tz_options {
+  std::map<std::string, std::string> values;
+};
+
+struct tz_reader {
+  std::unique_ptr<tz::core::Reader> impl;
+  // Borrowed views handed out through tz_tensor_info, built once.
+  std::vector<std::vector<tz_path_component>> paths;
+};
+
+struct tz_writer {
+  std::unique_ptr<tz::core::Writer> impl;
+};
+
+extern "C" {
+
+const char* tz_version(void) { return "0.1.0"; }
+
+const char* tz_error_last(void) { return t_last_error.c_str(); }
+
+const char* tz_status_name(int status) {
+  switch (status) {
+    case TZ_OK: return "TZ_OK";
+    case TZ_E_INVALID_ARG: return "TZ_E_INVALID_ARG";
+    case TZ_E_IO: return "TZ_E_IO";
+    case TZ_E_NOT_FOUND: return "TZ_E_NOT_FOUND";
+    case TZ_E_FORMAT: return "TZ_E_FORMAT";
+    case TZ_E_VERSION: return "TZ_E_VERSION";
+    case TZ_E_TRUNCATED: return "TZ_E_TRUNCATED";
+    case TZ_E_HASH: return "TZ_E_HASH";
+    case TZ_E_CONFLICT: return "TZ_E_CONFLICT";
+    case TZ_E_LIMIT: return "TZ_E_LIMIT";
+    case TZ_E_CRYPTO: return "TZ_E_CRYPTO";
+    case TZ_E_UNSUPPORTED: return "TZ_E_UNSUPPORTED";
+    case TZ_E_STATE: return "TZ_E_STATE";
+    case TZ_E_NOMEM: return "TZ_E_NOMEM";
+    case TZ_E_INTERNAL: return "TZ_E_INTERNAL";
+    default: return "TZ_E_UNKNOWN";
+  }
+}
+
+int tz_options_new(tz_options** out) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = new tz_options();
+  });
+}
+
+int tz_options_set(tz_options* opts, const char* key, const char* value) {
+  return guarded([&] {
+    require(opts && key && value, "opts, key and value must not be NULL");
+    const std::string k(key), v(value);
+    if (k == "num_threads") parse_threads(v);
+    else if (k == "verify_hash" || k == "direct_io") parse_bool(k, v);
+    else tz::fail(tz::Errc::invalid_arg, "Unknown option '" + k + "'");
+    opts->values[k] = v;
+  });
+}
+
+void tz_options_free(tz_options* opts) { delete opts; }
+
+int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = nullptr;
+    require(uri != nullptr, "uri is NULL");
+    tz::core::ReaderOptions o;
+    if (opts) {
+      for (const auto& [k, v] : opts->values) {
+        if (k == "num_threads") o.num_threads = parse_threads(v);
+        else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
+        else if (k == "direct_io") o.direct_io = parse_bool(k, v);
+      }
+    }
+    auto r = std::make_unique<tz_reader>();
+    r->impl = tz::core::Reader::open(uri, o);
+    const auto& entries = r->impl->entries();
+    r->paths.resize(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      for (const auto& c : entries[i].path) {
+        r->paths[i].push_back({c.is_index ? 1 : 0, c.index, c.is_index ? nullptr : c.str.data(),
+                               c.is_index ? 0 : c.str.size()});
+      }
+    }
+    *out = r.release();
+  });
+}
+
+void tz_reader_close(tz_reader* reader) { delete reader; }
+
+int tz_reader_file_info(tz_file_info* out, const tz_reader* reader) {
+  return guarded([&] {
+    require(out && reader, "out and reader must not be NULL");
+    const auto& h = reader->impl->file_header();
+    out->data_version = h.version;
+    out->flags = uint32_t(h.flags);
+    out->tensor_count = h.tensor_count;
+    out->tensor_data_size = h.tensor_size;
+    out->metadata_length = h.metadata_length;
+    out->file_size = reader->impl->file_size();
+    out->encrypted = h.has_crypt_info() ? 1 : 0;
+  });
+}
+
+int tz_reader_tensor_count(uint64_t* out, const tz_reader* reader) {
+  return guarded([&] {
+    require(out && reader, "out and reader must not be NULL");
+    *out = reader->impl->entries().size();
+  });
+}
+
+int tz_reader_tensor_info(tz_tensor_info* out, tz_reader* reader, uint64_t index) {
+  return guarded([&] {
+    require(out && reader, "out and reader must not be NULL");
+    const auto& entries = reader->impl->entries();
+    if (index >= entries.size()) tz::fail(tz::Errc::not_found, "Tensor index " + std::to_string(index) + " is out of range");
+    const auto& e = entries[size_t(index)];
+    out->name = reinterpret_cast<const uint8_t*>(e.name.data());
+    out->name_len = e.name.size();
+    out->dtype = e.dtype.text.data();
+    out->dtype_len = e.dtype.text.size();
+    out->ndim = uint32_t(e.shape.size());
+    out->shape = e.shape.data();
+    out->tensor_type = int32_t(e.type);
+    out->module_index = reader->impl->module_index(size_t(index));
+    out->header_offset = e.header_offset;
+    out->data_offset = e.data_offset;
+    out->data_length = e.data_length;
+    out->nbytes = e.nbytes;
+    out->itemsize = e.dtype.itemsize;
+    out->is_meta = e.is_meta() ? 1 : 0;
+    out->is_opaque = e.dtype.opaque ? 1 : 0;
+    out->torch_dtype = e.dtype.torch_name.empty() ? nullptr : e.dtype.torch_name.c_str();
+    out->path_len = reader->paths[size_t(index)].size();
+    out->path = reader->paths[size_t(index)].data();
+  });
+}
+
+int tz_reader_load_headers(tz_reader* reader, const uint64_t* indices, size_t count) {
+  return guarded([&] {
+    require(reader != nullptr, "reader is NULL");
+    reader->impl->load_headers(indices, count);
+  });
+}
+
+static bool want_verify(const tz_reader* reader, uint32_t flags) {
+  if (flags & TZ_READ_VERIFY_HASH) return true;
+  if (flags & TZ_READ_NO_VERIFY_HASH) return false;
+  return reader->impl->options().verify_hash;
+}
+
+int tz_reader_read(tz_reader* reader, uint64_t index, void* dst, uint64_t dst_size, uint32_t flags) {
+  return guarded([&] {
+    require(reader != nullptr, "reader is NULL");
+    const tz::core::ReadRequest req{index, dst, dst_size};
+    reader->impl->read_batch(&req, 1, want_verify(reader, flags), 1, nullptr);
+  });
+}
+
+int tz_reader_read_batch(tz_reader* reader, const tz_read_request* requests, size_t count, uint32_t flags,
+                         uint32_t num_threads, size_t* failed) {
+  return guarded([&] {
+    require(reader != nullptr, "reader is NULL");
+    require(requests != nullptr || count == 0, "requests is NULL");
+    std::vector<tz::core::ReadRequest> reqs(count);
+    for (size_t k = 0; k < count; ++k) reqs[k] = {requests[k].index, requests[k].dst, requests[k].dst_size};
+    reader->impl->read_batch(reqs.data(), count, want_verify(reader, flags), num_threads, failed);
+  });
+}
+
+int tz_reader_verify_bytes(tz_reader* reader, uint64_t index, const void* data, uint64_t size) {
+  return guarded([&] {
+    require(reader != nullptr, "reader is NULL");
+    reader->impl->verify_bytes(size_t(index), data, size);
+  });
+}
+
+int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = nullptr;
+    require(uri != nullptr, "uri is NULL");
+    tz::core::WriterOptions o;
+    if (opts) {
+      for (const auto& [k, v] : opts->values) {
+        if (k == "num_threads") o.num_threads = parse_threads(v);
+        else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to writers");
+      }
+    }
+    auto w = std::make_unique<tz_writer>();
+    w->impl = tz::core::Writer::open(uri, o);
+    *out = w.release();
+  });
+}
+
+int tz_writer_write(tz_writer* writer, const tz_tensor_desc* tensors, size_t count, uint32_t num_threads) {
+  return guarded([&] {
+    require(writer != nullptr, "writer is NULL");
+    require(tensors != nullptr || count == 0, "tensors is NULL");
+    std::vector<tz::core::TensorInput> in(count);
+    for (size_t k = 0; k < count; ++k) {
+      const auto& d = tensors[k];
+      require(d.name != nullptr || d.name_len == 0, "tensor name is NULL");
+      require(d.dtype != nullptr, "tensor dtype is NULL");
+      in[k].name = std::string_view(reinterpret_cast<const char*>(d.name), d.name_len);
+      in[k].dtype = std::string_view(d.dtype, d.dtype_len);
+      in[k].shape = d.shape;
+      in[k].ndim = d.ndim;
+      in[k].module_index = d.module_index;
+      in[k].tensor_type = d.tensor_type;
+      in[k].is_meta = d.is_meta != 0;
+      in[k].data = d.data;
+      in[k].data_size = d.data_size;
+    }
+    writer->impl->write(in.data(), count, num_threads);
+  });
+}
+
+int tz_writer_state_get(tz_writer_state* out, const tz_writer* writer) {
+  return guarded([&] {
+    require(out && writer, "out and writer must not be NULL");
+    const auto& h = writer->impl->file_header();
+    out->data_version = h.version;
+    out->tensor_count = h.tensor_count;
+    out->tensor_data_size = h.tensor_size;
+    out->file_size = writer->impl->end_offset();
+  });
+}
+
+int tz_writer_close(tz_writer* writer) {
+  return guarded([&] {
+    require(writer != nullptr, "writer is NULL");
+    writer->impl->close();
+  });
+}
+
+void tz_writer_free(tz_writer* writer) {
+  if (!writer) return;
+  try {
+    writer->impl->close();
+  } catch (...) {
+    // Documented: errors on this implicit close are dropped.
+  }
+  delete writer;
+}
+
+int tz_path_encode(uint8_t* out, size_t cap, size_t* out_len, const tz_path_component* path, size_t path_len) {
+  return guarded([&] {
+    require(out_len != nullptr, "out_len is NULL");
+    require(path != nullptr && path_len > 0, "path must have at least one component");
+    tz::format::TensorPath p;
+    for (size_t i = 0; i < path_len; ++i) {
+      if (path[i].is_index) {
+        p.push_back(tz::format::PathComponent::idx(path[i].index));
+      } else {
+        require(path[i].str != nullptr || path[i].str_len == 0, "path component string is NULL");
+        p.push_back(tz::format::PathComponent::key(std::string(path[i].str, path[i].str_len)));
+      }
+    }
+    const std::string encoded = tz::format::encode_path(p);
+    *out_len = encoded.size();
+    if (out && cap > 0) std::memcpy(out, encoded.data(), std::min(cap, encoded.size()));
+    if (cap > 0 && cap < encoded.size()) tz::fail(tz::Errc::invalid_arg, "output buffer too small");
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,63 @@
+#pragma once
+// The reading engine behind tz_reader: validates a file's header and index
+// up front, then reads tensors straight into caller memory on several
+// threads, verifying hashes while the bytes are still in cache.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tz/format/container.hpp"
+#include "tz/io/source.hpp"
+
+namespace tz::core {
+
+struct ReaderOptions {
+  unsigned num_threads = 0;  // 0: default_threads()
+  bool verify_hash = false;
+  bool direct_io = false;
+};
+
+struct ReadRequest {
+  uint64_t index;
+  void* dst;
+  uint64_t dst_size;
+};
+
+class Reader {
+ public:
+  Reader(std::unique_ptr<io::Source> source, const ReaderOptions& options);
+  static std::unique_ptr<Reader> open(const std::string& uri, const ReaderOptions& options);
+
+  const format::FileHeader& file_header() const { return header_; }
+  uint64_t file_size() const { return source_->size(); }
+  const std::vector<format::MetadataEntry>& entries() const { return entries_; }
+  const ReaderOptions& options() const { return options_; }
+  // Module index from the tensor header, or -1 if it has not been read yet.
+  int module_index(size_t i) const { return module_index_[i].load(std::memory_order_acquire); }
+
+  void load_headers(const uint64_t* indices, size_t count);
+  void read_batch(const ReadRequest* requests, size_t count, bool verify, unsigned threads,
+                  size_t* failed);
+  void verify_bytes(size_t index, const void* data, uint64_t size);
+
+ private:
+  struct Header {
+    std::vector<uint8_t> bytes;
+    format::TensorHeader parsed;
+  };
+  Header read_header(size_t index);
+  void read_one(const ReadRequest& req, bool verify, uint64_t begin, uint64_t end, bool whole);
+  void check_hashes(size_t index, const Header& h, uint32_t crc, const uint8_t* sha) const;
+  std::string tensor_label(size_t index) const;
+
+  std::unique_ptr<io::Source> source_;
+  ReaderOptions options_;
+  format::FileHeader header_;
+  std::vector<format::MetadataEntry> entries_;
+  std::unique_ptr<std::atomic<int>[]> module_index_;
+};
+
+}  // namespace tz::core

@@ -1,0 +1,321 @@
+// Tests of the C ABI: round trips, byte-exact output, error codes, vectors.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "tensorizer.h"
+#include "tz/format/hash.hpp"
+
+namespace {
+
+std::string temp_path(const char* name) {
+  return std::string("/tmp/tz_capi_test_") + std::to_string(::getpid()) + "_" + name;
+}
+
+std::vector<uint8_t> slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+void spit(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+tz_tensor_desc desc(const std::string& name, const char* dtype, size_t dtype_len, std::vector<uint64_t>& shape,
+                    const void* data, uint64_t size) {
+  tz_tensor_desc d{};
+  d.name = reinterpret_cast<const uint8_t*>(name.data());
+  d.name_len = name.size();
+  d.dtype = dtype;
+  d.dtype_len = dtype_len;
+  d.ndim = uint32_t(shape.size());
+  d.shape = shape.data();
+  d.tensor_type = TZ_TENSOR_STATE_DICT;
+  d.data = data;
+  d.data_size = size;
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("version and status names") {
+  REQUIRE(std::string(tz_version()) == "0.1.0");
+  REQUIRE(std::string(tz_status_name(TZ_E_HASH)) == "TZ_E_HASH");
+  REQUIRE(std::string(tz_status_name(12345)) == "TZ_E_UNKNOWN");
+}
+
+TEST_CASE("FORMAT.md worked example is written byte for byte") {
+  const std::string path = temp_path("a1.tensors");
+  tz_writer* w = nullptr;
+  REQUIRE(tz_writer_open(&w, path.c_str(), nullptr) == TZ_OK);
+  float data[6] = {0, 1, 2, 3, 4, 5};
+  std::vector<uint64_t> shape{2, 3};
+  const std::string name = "a";
+  tz_tensor_desc d = desc(name, "<f4", 3, shape, data, sizeof data);
+  REQUIRE(tz_writer_write(w, &d, 1, 0) == TZ_OK);
+  tz_writer_state st{};
+  REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
+  CHECK(st.data_version == 1);
+  CHECK(st.tensor_count == 1);
+  CHECK(st.tensor_data_size == 24);
+  REQUIRE(tz_writer_close(w) == TZ_OK);
+  tz_writer_free(w);
+
+  const auto bytes = slurp(path);
+  REQUIRE(bytes.size() == 262327);
+  // Spot checks from the hex dump in FORMAT.md §4.9.
+  const uint8_t crc[4] = {0x2b, 0x57, 0xa4, 0x58};
+  CHECK(std::memcmp(bytes.data() + 0x40049 + 8 + 2 + 1 + 2 + 1 + 1 + 3 + 1 + 8 + 2 + 1 + 2, crc, 4) == 0);
+  const uint8_t sha_start[4] = {0xe8, 0xe3, 0xd0, 0x14};
+  CHECK(std::memcmp(bytes.data() + 0x40049 + 38, sha_start, 4) == 0);
+  tz::format::Sha256 whole;
+  whole.update(bytes.data(), bytes.size());
+  const auto digest = whole.finish();
+  static const char* hexd = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t c : digest) hex += {hexd[c >> 4], hexd[c & 15]};
+  CHECK(hex == "668e9705131715375605e91e604d186cd362a73286f4c1d99d0e57834a2ab291");
+
+  tz_reader* r = nullptr;
+  REQUIRE(tz_reader_open(&r, path.c_str(), nullptr) == TZ_OK);
+  uint64_t n = 0;
+  REQUIRE(tz_reader_tensor_count(&n, r) == TZ_OK);
+  REQUIRE(n == 1);
+  tz_tensor_info info{};
+  REQUIRE(tz_reader_tensor_info(&info, r, 0) == TZ_OK);
+  CHECK(info.module_index == -1);
+  CHECK(info.nbytes == 24);
+  CHECK(info.ndim == 2);
+  CHECK(info.shape[1] == 3);
+  CHECK(info.path_len == 1);
+  CHECK(std::string(info.path[0].str, info.path[0].str_len) == "a");
+  float out[6] = {};
+  REQUIRE(tz_reader_read(r, 0, out, sizeof out, TZ_READ_VERIFY_HASH) == TZ_OK);
+  CHECK(std::memcmp(out, data, sizeof data) == 0);
+  REQUIRE(tz_reader_tensor_info(&info, r, 0) == TZ_OK);
+  CHECK(info.module_index == 0);
+  REQUIRE(tz_reader_verify_bytes(r, 0, data, sizeof data) == TZ_OK);
+  data[0] = 9;
+  CHECK(tz_reader_verify_bytes(r, 0, data, sizeof data) == TZ_E_HASH);
+  CHECK(std::string(tz_error_last()).find("failed CRC32 verification") != std::string::npos);
+  tz_reader_close(r);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("batch round trip with structured names, meta, empty and opaque tensors") {
+  const std::string path = temp_path("mixed.tensors");
+  tz_writer* w = nullptr;
+  REQUIRE(tz_writer_open(&w, path.c_str(), nullptr) == TZ_OK);
+  std::vector<uint8_t> big(40u << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = uint8_t(i * 2654435761u >> 13);
+  std::vector<uint64_t> big_shape{big.size()};
+  std::vector<uint64_t> meta_shape{3, 4};
+  std::vector<uint64_t> empty_shape{0, 4};
+  std::vector<uint64_t> bf_shape{2};
+  const uint16_t bf[2] = {0x3f80, 0xc000};
+  const std::string n_big = "\x1e[\"model\",\"layer\",0,\"w\"]";
+  const std::string n_meta = "meta", n_empty = "empty", n_bf = "bf";
+  static const char bf_dtype[] = "<V2\0torch.bfloat16";
+  std::vector<tz_tensor_desc> d{
+      desc(n_big, "|u1", 3, big_shape, big.data(), big.size()),
+      desc(n_meta, "<f4", 3, meta_shape, nullptr, 0),
+      desc(n_empty, "<f2", 3, empty_shape, nullptr, 0),
+      desc(n_bf, bf_dtype, sizeof bf_dtype - 1, bf_shape, bf, sizeof bf),
+  };
+  d[1].is_meta = 1;
+  REQUIRE(tz_writer_write(w, d.data(), d.size(), 2) == TZ_OK);
+  tz_writer_state st{};
+  REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
+  CHECK(st.data_version == 4);
+  tz_writer_free(w);  // closes
+
+  tz_reader* r = nullptr;
+  REQUIRE(tz_reader_open(&r, path.c_str(), nullptr) == TZ_OK);
+  tz_tensor_info info{};
+  REQUIRE(tz_reader_tensor_info(&info, r, 0) == TZ_OK);
+  REQUIRE(info.path_len == 4);
+  CHECK(info.path[2].is_index == 1);
+  CHECK(info.path[2].index == 0);
+  REQUIRE(tz_reader_tensor_info(&info, r, 1) == TZ_OK);
+  CHECK(info.is_meta == 1);
+  REQUIRE(tz_reader_tensor_info(&info, r, 3) == TZ_OK);
+  CHECK(info.is_opaque == 1);
+  CHECK(std::string(info.torch_dtype) == "bfloat16");
+
+  std::vector<uint8_t> out_big(big.size());
+  std::vector<float> out_meta(12, 7.0f);
+  uint16_t out_bf[2] = {};
+  const tz_read_request reqs[] = {
+      {0, out_big.data(), out_big.size()},
+      {1, out_meta.data(), out_meta.size() * 4},
+      {2, nullptr, 0},
+      {3, out_bf, sizeof out_bf},
+  };
+  for (uint32_t flags : {TZ_READ_VERIFY_HASH, TZ_READ_NO_VERIFY_HASH}) {
+    size_t failed = 99;
+    REQUIRE(tz_reader_read_batch(r, reqs, 4, flags, 3, &failed) == TZ_OK);
+    CHECK(out_big == big);
+    CHECK(out_meta == std::vector<float>(12, 0.0f));
+    CHECK(out_bf[1] == 0xc000);
+  }
+  tz_reader_close(r);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("writer refuses bad input without changing the file") {
+  const std::string path = temp_path("refuse.tensors");
+  tz_writer* w = nullptr;
+  REQUIRE(tz_writer_open(&w, path.c_str(), nullptr) == TZ_OK);
+  float v = 1;
+  std::vector<uint64_t> shape{1};
+  const std::string a = "a", a_b = "\x1e[\"a\",\"b\"]", empty, rs = "\x1e[1]x", noncanon = "\x1e[\"a\"]";
+  tz_tensor_desc d = desc(a, "<f4", 3, shape, &v, 4);
+  REQUIRE(tz_writer_write(w, &d, 1, 0) == TZ_OK);
+  CHECK(tz_writer_write(w, &d, 1, 0) == TZ_E_CONFLICT);
+  tz_tensor_desc d2 = desc(a_b, "<f4", 3, shape, &v, 4);
+  CHECK(tz_writer_write(w, &d2, 1, 0) == TZ_E_CONFLICT);
+  tz_tensor_desc d3 = desc(empty, "<f4", 3, shape, &v, 4);
+  CHECK(tz_writer_write(w, &d3, 1, 0) == TZ_E_INVALID_ARG);
+  tz_tensor_desc d4 = desc(rs, "<f4", 3, shape, &v, 4);
+  CHECK(tz_writer_write(w, &d4, 1, 0) == TZ_E_INVALID_ARG);
+  tz_tensor_desc d5 = desc(noncanon, "<f4", 3, shape, &v, 4);
+  CHECK(tz_writer_write(w, &d5, 1, 0) == TZ_E_INVALID_ARG);
+  const std::string b = "b";
+  tz_tensor_desc d6 = desc(b, "<f4", 3, shape, &v, 4);
+  d6.module_index = 70000;
+  CHECK(tz_writer_write(w, &d6, 1, 0) == TZ_E_LIMIT);
+  tz_tensor_desc d7 = desc(b, "<f4", 3, shape, &v, 3);
+  CHECK(tz_writer_write(w, &d7, 1, 0) == TZ_E_INVALID_ARG);
+  // The refused calls left "b" free and the file at one tensor.
+  tz_tensor_desc d8 = desc(b, "<f4", 3, shape, &v, 4);
+  REQUIRE(tz_writer_write(w, &d8, 1, 0) == TZ_OK);
+  tz_writer_state st{};
+  REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
+  CHECK(st.tensor_count == 2);
+  tz_writer_free(w);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("metadata larger than the standard reserve works on the first write call") {
+  const std::string path = temp_path("bigmeta.tensors");
+  tz_writer* w = nullptr;
+  REQUIRE(tz_writer_open(&w, path.c_str(), nullptr) == TZ_OK);
+  const size_t count = 2000;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < count; ++i) names.push_back("n" + std::to_string(i) + std::string(200, 'x'));
+  std::vector<uint64_t> shape{1};
+  float v = 2;
+  std::vector<tz_tensor_desc> d;
+  for (auto& n : names) d.push_back(desc(n, "<f4", 3, shape, &v, 4));
+  REQUIRE(tz_writer_write(w, d.data(), d.size(), 0) == TZ_OK);
+  const std::string late = "late" + std::string(200, 'y');
+  std::vector<tz_tensor_desc> more;
+  std::vector<std::string> more_names;
+  for (int i = 0; i < 200; ++i) more_names.push_back(late + std::to_string(i));
+  for (auto& n : more_names) more.push_back(desc(n, "<f4", 3, shape, &v, 4));
+  CHECK(tz_writer_write(w, more.data(), more.size(), 0) == TZ_E_LIMIT);
+  CHECK(std::string(tz_error_last()) == "Metadata overflow");
+  tz_writer_free(w);
+
+  tz_reader* r = nullptr;
+  REQUIRE(tz_reader_open(&r, path.c_str(), nullptr) == TZ_OK);
+  tz_file_info fi{};
+  REQUIRE(tz_reader_file_info(&fi, r) == TZ_OK);
+  CHECK(fi.tensor_count == count);
+  CHECK(fi.metadata_length > 262144);
+  float out = 0;
+  REQUIRE(tz_reader_read(r, count - 1, &out, 4, TZ_READ_VERIFY_HASH) == TZ_OK);
+  CHECK(out == 2);
+  tz_reader_close(r);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("hostile files give typed errors") {
+  const std::string good = temp_path("good.tensors");
+  {
+    tz_writer* w = nullptr;
+    REQUIRE(tz_writer_open(&w, good.c_str(), nullptr) == TZ_OK);
+    std::vector<float> v(100, 1.5f);
+    std::vector<uint64_t> shape{100};
+    const std::string name = "w";
+    tz_tensor_desc d = desc(name, "<f4", 3, shape, v.data(), 400);
+    REQUIRE(tz_writer_write(w, &d, 1, 0) == TZ_OK);
+    tz_writer_free(w);
+  }
+  const auto bytes = slurp(good);
+  const std::string bad = temp_path("bad.tensors");
+  auto open_status = [&](const std::vector<uint8_t>& b) {
+    spit(bad, b);
+    tz_reader* r = nullptr;
+    int rc = tz_reader_open(&r, bad.c_str(), nullptr);
+    if (rc == TZ_OK) {
+      std::vector<float> out(100);
+      rc = tz_reader_read(r, 0, out.data(), 400, TZ_READ_VERIFY_HASH);
+      tz_reader_close(r);
+    }
+    return rc;
+  };
+  CHECK(open_status(bytes) == TZ_OK);
+  // Every truncation point fails with a typed error, never a crash or success.
+  for (size_t cut : {size_t(0), size_t(3), size_t(8), size_t(40), size_t(70), size_t(80), size_t(262217),
+                     size_t(262230), bytes.size() - 9, bytes.size() - 100}) {
+    std::vector<uint8_t> t(bytes.begin(), bytes.begin() + long(cut));
+    const int rc = open_status(t);
+    INFO("cut at " << cut);
+    CHECK(rc != TZ_OK);
+    CHECK((rc == TZ_E_FORMAT || rc == TZ_E_TRUNCATED));
+  }
+  auto patched = [&](size_t off, uint8_t value) {
+    auto b = bytes;
+    b[off] = value;
+    return b;
+  };
+  CHECK(open_status(patched(0, 'X')) == TZ_E_FORMAT);
+  CHECK(open_status(patched(5, 0)) == TZ_E_VERSION);
+  CHECK(open_status(patched(5, 6)) == TZ_E_VERSION);
+  CHECK(open_status(patched(9, 4)) == TZ_E_FORMAT);
+  CHECK(open_status(patched(9, 2)) == TZ_E_FORMAT);         // versioned metadata needs v5
+  CHECK(open_status(patched(57, 0)) == TZ_E_FORMAT);        // empty index
+  CHECK(open_status(patched(64, 0x40)) == TZ_E_FORMAT);     // absurd count
+  CHECK(open_status(patched(72, 0x10)) == TZ_E_TRUNCATED);  // metadata length past the end
+  CHECK(open_status(patched(bytes.size() - 9, 0x55)) == TZ_E_HASH);
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
+#ifdef TZ_VECTORS_DIR
+TEST_CASE("upstream vectors open and verify") {
+  for (const char* name : {"v1_plain", "v2_opaque", "v4_meta", "module", "structured", "big_plain"}) {
+    const std::string path = std::string(TZ_VECTORS_DIR) + "/" + name + ".tensors";
+    tz_reader* r = nullptr;
+    INFO(name);
+    REQUIRE(tz_reader_open(&r, path.c_str(), nullptr) == TZ_OK);
+    uint64_t n = 0;
+    REQUIRE(tz_reader_tensor_count(&n, r) == TZ_OK);
+    std::vector<std::vector<uint8_t>> bufs(n);
+    std::vector<tz_read_request> reqs(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      tz_tensor_info info{};
+      REQUIRE(tz_reader_tensor_info(&info, r, i) == TZ_OK);
+      bufs[i].resize(info.nbytes);
+      reqs[i] = {i, bufs[i].data(), info.nbytes};
+    }
+    REQUIRE(tz_reader_read_batch(r, reqs.data(), n, TZ_READ_VERIFY_HASH, 0, nullptr) == TZ_OK);
+    tz_reader_close(r);
+  }
+  for (const char* name : {"enc_random", "enc_password"}) {
+    const std::string path = std::string(TZ_VECTORS_DIR) + "/" + name + ".tensors";
+    tz_reader* r = nullptr;
+    CHECK(tz_reader_open(&r, path.c_str(), nullptr) == TZ_E_CRYPTO);
+    CHECK(r == nullptr);
+  }
+}
+#endif

@@ -1,0 +1,50 @@
+#pragma once
+// Byte sources and sinks. A Source serves positional reads of a fixed-size
+// object (a local file now; HTTP, S3 and Redis objects later); a Sink takes
+// positional writes. Implementations must allow concurrent read_at/write_at
+// calls from several threads.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tz::io {
+
+class Source {
+ public:
+  virtual ~Source() = default;
+  // Total size in bytes.
+  virtual uint64_t size() const = 0;
+  // Reads exactly `len` bytes at `offset` into `dst`, or throws tz::Error
+  // (truncated if the object ends first, io for OS errors). Thread-safe.
+  virtual void read_at(uint64_t offset, void* dst, size_t len) = 0;
+  // Where the bytes come from, for error messages (no secrets).
+  virtual std::string describe() const = 0;
+  // Preferred size of one read request, and how many may usefully run at once.
+  virtual size_t preferred_block() const { return size_t(8) << 20; }
+};
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // Writes exactly `len` bytes at `offset`, or throws tz::Error(io). Thread-safe.
+  virtual void write_at(uint64_t offset, const void* src, size_t len) = 0;
+  // Hints that the object will grow to at least `size` bytes.
+  virtual void reserve(uint64_t size) = 0;
+  // Sets the final size (drops anything past it).
+  virtual void truncate(uint64_t size) = 0;
+  // Flushes and releases the object; further writes fail.
+  virtual void close() = 0;
+  virtual std::string describe() const = 0;
+};
+
+struct SourceOptions {
+  bool direct_io = false;
+};
+
+// Opens a source by URI: a local path or a file:// URI.
+std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options = {});
+// Creates (truncating) a sink by URI: a local path or a file:// URI.
+std::unique_ptr<Sink> open_sink(const std::string& uri);
+
+}  // namespace tz::io

@@ -1,0 +1,185 @@
+#include "tz/io/file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "tz/format/error.hpp"
+
+namespace tz::io {
+namespace {
+
+[[noreturn]] void os_fail(const std::string& what, const std::string& path, int err) {
+  const Errc code = (err == ENOENT || err == ENOTDIR) ? Errc::not_found
+                    : err == ENOMEM                  ? Errc::nomem
+                                                     : Errc::io;
+  fail(code, what + " '" + path + "': " + std::strerror(err));
+}
+
+constexpr size_t kDirectAlign = 4096;
+constexpr size_t kMaxSyscall = size_t(1) << 30;  // Linux caps one transfer near 2 GiB
+
+std::string strip_file_scheme(const std::string& uri) {
+  if (uri.rfind("file://", 0) == 0) return uri.substr(7);
+  return uri;
+}
+
+}  // namespace
+
+FileSource::FileSource(const std::string& path, bool direct_io) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) os_fail("Cannot open", path, errno);
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    os_fail("Cannot stat", path, err);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd_);
+    fail(Errc::invalid_arg, "Is a directory: '" + path + "'");
+  }
+  size_ = uint64_t(st.st_size);
+  if (direct_io) {
+    // Falls back to buffered reads where the filesystem refuses O_DIRECT.
+    direct_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  }
+#ifdef POSIX_FADV_SEQUENTIAL
+  posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+}
+
+FileSource::~FileSource() {
+  if (fd_ >= 0) ::close(fd_);
+  if (direct_fd_ >= 0) ::close(direct_fd_);
+}
+
+void FileSource::read_at(uint64_t offset, void* dst, size_t len) {
+  if (offset > size_ || len > size_ - offset) {
+    fail(Errc::truncated, "File is truncated: '" + path_ + "' has " + std::to_string(size_) +
+                              " bytes, a read needs bytes up to " + std::to_string(offset + len));
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  if (direct_fd_ >= 0 && len >= (size_t(4) << 20)) {
+    read_direct(offset, out, len);
+  } else {
+    read_buffered(offset, out, len);
+  }
+}
+
+void FileSource::read_buffered(uint64_t offset, uint8_t* dst, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd_, dst + done, std::min(len - done, kMaxSyscall), off_t(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      os_fail("Read failed on", path_, errno);
+    }
+    if (n == 0) {
+      fail(Errc::truncated, "File is truncated: unexpected end of '" + path_ + "' at offset " +
+                                std::to_string(offset + done));
+    }
+    done += size_t(n);
+  }
+}
+
+// O_DIRECT needs aligned offsets, lengths and buffers: the aligned middle of
+// the destination is read directly, the unaligned edges through the cache.
+void FileSource::read_direct(uint64_t offset, uint8_t* dst, size_t len) {
+  const uint64_t end = offset + len;
+  const uint64_t a = (offset + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+  const uint64_t b = end / kDirectAlign * kDirectAlign;
+  // The destination must be aligned where the file offset is.
+  const uintptr_t dst_at_a = reinterpret_cast<uintptr_t>(dst) + (a - offset);
+  if (dst_at_a % kDirectAlign != 0 || b <= a) {
+    read_buffered(offset, dst, len);
+    return;
+  }
+  if (a > offset) read_buffered(offset, dst, size_t(a - offset));
+  uint64_t pos = a;
+  while (pos < b) {
+    const size_t want = size_t(std::min<uint64_t>(b - pos, kMaxSyscall));
+    const ssize_t r = ::pread(direct_fd_, dst + (pos - offset), want, off_t(pos));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0 || uint64_t(r) % kDirectAlign != 0) {
+      // Refused (EINVAL on some filesystems) or short: finish through the cache,
+      // which reports real errors and truncation precisely.
+      const uint64_t resume = r > 0 ? pos + uint64_t(r) / kDirectAlign * kDirectAlign : pos;
+      read_buffered(resume, dst + (resume - offset), size_t(b - resume));
+      pos = b;
+      break;
+    }
+    pos += uint64_t(r);
+  }
+  if (end > b) read_buffered(b, dst + (b - offset), size_t(end - b));
+}
+
+FileSink::FileSink(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd_ < 0) os_fail("Cannot create", path, errno);
+}
+
+FileSink::~FileSink() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void FileSink::write_at(uint64_t offset, const void* src, size_t len) {
+  if (fd_ < 0) fail(Errc::state, "Write to a closed file '" + path_ + "'");
+  const auto* in = static_cast<const uint8_t*>(src);
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pwrite(fd_, in + done, std::min(len - done, kMaxSyscall), off_t(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      os_fail("Write failed on", path_, errno);
+    }
+    if (n == 0) fail(Errc::io, "Write failed on '" + path_ + "': no progress");
+    done += size_t(n);
+  }
+}
+
+void FileSink::reserve(uint64_t size) {
+  if (fd_ < 0 || size <= reserved_) return;
+  // Preallocation is an optimisation: filesystems without it still work, and
+  // a real out-of-space condition surfaces on the write itself.
+  const int rc = posix_fallocate(fd_, off_t(reserved_), off_t(size - reserved_));
+  if (rc == ENOSPC) os_fail("Cannot reserve space for", path_, rc);
+  reserved_ = size;
+}
+
+void FileSink::truncate(uint64_t size) {
+  if (fd_ < 0) fail(Errc::state, "Truncate of a closed file '" + path_ + "'");
+  if (::ftruncate(fd_, off_t(size)) != 0) os_fail("Cannot set the size of", path_, errno);
+  reserved_ = std::min(reserved_, size);
+}
+
+void FileSink::close() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) os_fail("Close failed on", path_, errno);
+}
+
+std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options) {
+  const auto scheme_end = uri.find("://");
+  if (scheme_end != std::string::npos && uri.rfind("file://", 0) != 0) {
+    fail(Errc::unsupported, "Unsupported URI scheme in '" + uri.substr(0, scheme_end + 3) +
+                                "...': this build reads local files");
+  }
+  return std::make_unique<FileSource>(strip_file_scheme(uri), options.direct_io);
+}
+
+std::unique_ptr<Sink> open_sink(const std::string& uri) {
+  const auto scheme_end = uri.find("://");
+  if (scheme_end != std::string::npos && uri.rfind("file://", 0) != 0) {
+    fail(Errc::unsupported, "Unsupported URI scheme in '" + uri.substr(0, scheme_end + 3) +
+                                "...': this build writes local files");
+  }
+  return std::make_unique<FileSink>(strip_file_scheme(uri));
+}
+
+}  // namespace tz::io
