@@ -94,7 +94,8 @@ DType parse_dtype(std::string_view text) {
     default:
       bad("unsupported kind");
   }
-  if (has_torch_part) {
+  // Readers ignore the torch part of a native numpy dtype, as upstream does.
+  if (has_torch_part && dt.opaque) {
     constexpr std::string_view prefix = "torch.";
     if (torch_part.substr(0, prefix.size()) != prefix ||
         !is_torch_dtype_name(torch_part.substr(prefix.size()))) {

@@ -41,6 +41,7 @@ TEST_CASE("opaque dtype strings") {
   CHECK(parse_dtype("<V2\0torch.uint16"s).opaque);
   // A torch suffix on a native type is accepted and ignored by readers.
   CHECK_FALSE(parse_dtype("<f4\0torch.float32"s).opaque);
+  CHECK(parse_dtype("<f4\0torch.nonsense"s).itemsize == 4);
 }
 
 TEST_CASE("big-endian dtypes are swapped per unit") {
