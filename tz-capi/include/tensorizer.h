@@ -91,6 +91,8 @@ TZ_API const char *tz_status_name(int status);
  *   "num_threads"  worker threads for bulk reads (default: CPU count, >= 1)
  *   "verify_hash"  "1" to verify hashes on every read by default ("0")
  *   "direct_io"    "1" to read large blocks with O_DIRECT when possible ("0")
+ *   "huge_pages"   "1" to advise transparent huge pages for read destinations
+ *                  (fewer page faults filling fresh memory; "0")
  * Keys understood for writers:
  *   "num_threads"  worker threads for hashing and writing (default: CPU count)
  * Unknown keys are rejected by tz_options_set with TZ_E_INVALID_ARG. */

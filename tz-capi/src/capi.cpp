@@ -115,7 +115,7 @@ int tz_options_set(tz_options* opts, const char* key, const char* value) {
     require(opts && key && value, "opts, key and value must not be NULL");
     const std::string k(key), v(value);
     if (k == "num_threads") parse_threads(v);
-    else if (k == "verify_hash" || k == "direct_io") parse_bool(k, v);
+    else if (k == "verify_hash" || k == "direct_io" || k == "huge_pages") parse_bool(k, v);
     else tz::fail(tz::Errc::invalid_arg, "Unknown option '" + k + "'");
     opts->values[k] = v;
   });
@@ -134,6 +134,7 @@ int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
         if (k == "num_threads") o.num_threads = parse_threads(v);
         else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
         else if (k == "direct_io") o.direct_io = parse_bool(k, v);
+        else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
       }
     }
     auto r = std::make_unique<tz_reader>();

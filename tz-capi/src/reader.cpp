@@ -22,7 +22,9 @@ constexpr uint64_t kHashChunk = uint64_t(2) << 20;    // read-then-hash step, st
 constexpr uint64_t kHugePage = uint64_t(2) << 20;
 
 // Asks for transparent huge pages on the untouched destination: one fault per
-// 2 MiB instead of 512 makes filling fresh memory markedly faster.
+// 2 MiB instead of 512. Measured here: 1.3-1.5x faster fills when the memory
+// is already backed by the hypervisor, but slower first touches in a VM whose
+// host must back each 2 MiB page, so it is opt-in ("huge_pages").
 void advise_huge_pages(void* dst, uint64_t len) {
 #ifdef MADV_HUGEPAGE
   if (len < 2 * kHugePage) return;
@@ -208,7 +210,8 @@ void Reader::read_batch(const ReadRequest* reqs, size_t count, bool verify, unsi
       for (uint64_t off = 0; off < len; off += kChunk) units.push_back({k, off, std::min(len, off + kChunk), false});
     }
   }
-  for (size_t k = 0; k < count; ++k) advise_huge_pages(reqs[k].dst, entries_[size_t(reqs[k].index)].nbytes);
+  if (options_.huge_pages)
+    for (size_t k = 0; k < count; ++k) advise_huge_pages(reqs[k].dst, entries_[size_t(reqs[k].index)].nbytes);
   size_t failed_unit = 0;
   try {
     parallel_for(units.size(), threads, [&](size_t u) {

@@ -18,6 +18,7 @@ struct ReaderOptions {
   unsigned num_threads = 0;  // 0: default_threads()
   bool verify_hash = false;
   bool direct_io = false;
+  bool huge_pages = false;  // advise transparent huge pages for destinations
 };
 
 struct ReadRequest {

@@ -621,7 +621,15 @@ class TensorDeserializer(
 
         lib = _native.lib
         out = ffi.new("tz_reader **")
-        rc = lib.tz_reader_open(out, path.encode("utf-8", "surrogateescape"), ffi.NULL)
+        # Opt-in transparent huge pages for destinations (see tensorizer.h).
+        huge_pages = os.environ.get("TENSORIZER_HUGE_PAGES", "0") == "1"
+        options = _Options({"huge_pages": "1"} if huge_pages else {})
+        try:
+            rc = lib.tz_reader_open(
+                out, path.encode("utf-8", "surrogateescape"), options.ptr
+            )
+        finally:
+            options.free()
         if rc != 0:
             raise _open_error(rc, path)
         self._reader = out[0]
