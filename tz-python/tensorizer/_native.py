@@ -25,8 +25,7 @@ __all__ = ["ffi", "lib", "check", "raise_error", "library_path", "error_message"
 ffi = cffi.FFI()
 
 # Declarations mirror tensorizer.h exactly (minus the TZ_API export macro).
-ffi.cdef(
-    """
+CDEF = """
 #define TZ_VERSION_MAJOR 0
 #define TZ_VERSION_MINOR 1
 #define TZ_VERSION_PATCH 0
@@ -159,7 +158,7 @@ void tz_writer_free(tz_writer *writer);
 int tz_path_encode(uint8_t *out, size_t cap, size_t *out_len,
                    const tz_path_component *path, size_t path_len);
 """
-)
+ffi.cdef(CDEF)
 
 _LIBRARY_NAME = "libtensorizer.so.0"
 _ENV_VAR = "TENSORIZER_LIBRARY"
