@@ -103,7 +103,8 @@ void Writer::write(const TensorInput* tensors, size_t count, unsigned threads) {
       e.data_length = e.nbytes;
     }
     if (e.dtype.opaque) version = std::max(version, kOpaqueVersion);
-    if (t.is_meta && e.nbytes > 0) version = std::max(version, kMetaTensorVersion);
+    // Any meta tensor raises the version, even an empty one, as upstream does.
+    if (t.is_meta) version = std::max(version, kMetaTensorVersion);
     if (e.long_dims) {
       version = std::max(version, kLongTensorVersion);
       need_tags = true;

@@ -350,3 +350,19 @@ TEST_CASE("reader options") {
   tz_reader_close(r);
   std::remove(path.c_str());
 }
+
+TEST_CASE("an empty meta tensor raises the data version to 4, as upstream") {
+  const std::string path = temp_path("emptymeta.tensors");
+  tz_writer* w = nullptr;
+  REQUIRE(tz_writer_open(&w, path.c_str(), nullptr) == TZ_OK);
+  std::vector<uint64_t> shape{0, 3};
+  const std::string name = "m";
+  tz_tensor_desc d = desc(name, "<f4", 3, shape, nullptr, 0);
+  d.is_meta = 1;
+  REQUIRE(tz_writer_write(w, &d, 1, 0) == TZ_OK);
+  tz_writer_state st{};
+  REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
+  CHECK(st.data_version == 4);
+  tz_writer_free(w);
+  std::remove(path.c_str());
+}
