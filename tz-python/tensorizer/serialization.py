@@ -219,6 +219,21 @@ def _gc_paused():
                 gc.enable()
 
 
+def _check_file_mode(file_obj, owner: str, needs: str, mode_hint: str, write: bool) -> None:
+    """Raise upstream's ValueError unless file_obj is a binary stream that can
+    be read (and written, when `write`)."""
+    try:
+        ok = file_obj.readable() and (not write or file_obj.writable())
+    except AttributeError:
+        ok = True
+    if isinstance(file_obj, io.TextIOBase) or not ok:
+        mode = getattr(file_obj, "mode", "")
+        raise ValueError(
+            f"{owner}'s file_obj must be {needs} and in binary mode"
+            f' (mode="{mode_hint}"' + (f', current mode="{mode}"' if mode else "") + ")"
+        )
+
+
 def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -802,18 +817,7 @@ class TensorDeserializer(
 
     @staticmethod
     def _mode_check(file_obj) -> None:
-        try:
-            readable = file_obj.readable()
-        except AttributeError:
-            readable = True
-        if isinstance(file_obj, io.TextIOBase) or not readable:
-            mode = getattr(file_obj, "mode", "")
-            raise ValueError(
-                "TensorDeserializer's file_obj must be readable "
-                'and in binary mode (mode="rb"{})'.format(
-                    mode and f', current mode="{mode}"'
-                )
-            )
+        _check_file_mode(file_obj, "TensorDeserializer", "readable", "rb", write=False)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -1513,18 +1517,9 @@ class TensorSerializer:
 
     @staticmethod
     def _mode_check(file_obj) -> None:
-        try:
-            read_write = file_obj.writable() and file_obj.readable()
-        except AttributeError:
-            read_write = True
-        if isinstance(file_obj, io.TextIOBase) or not read_write:
-            mode = getattr(file_obj, "mode", "")
-            raise ValueError(
-                "TensorSerializer's file_obj must be readable, writable, "
-                'and in binary mode (mode="wb+"{})'.format(
-                    mode and f', current mode="{mode}"'
-                )
-            )
+        _check_file_mode(
+            file_obj, "TensorSerializer", "readable, writable,", "wb+", write=True
+        )
 
     # -- state -------------------------------------------------------------
 
