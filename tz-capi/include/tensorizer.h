@@ -89,18 +89,74 @@ TZ_API const char *tz_status_name(int status);
  *
  * Keys understood for readers:
  *   "num_threads"  worker threads for bulk reads (default: CPU count, >= 1)
+ *   "kdf_max_opslimit", "kdf_max_memlimit"
+ *                  the most costly key derivation a file may ask a password
+ *                  key for (defaults 64 and 4294967296 bytes); a file asking
+ *                  more fails with TZ_E_LIMIT instead of tying up the machine
  *   "verify_hash"  "1" to verify hashes on every read by default ("0")
  *   "direct_io"    "1" to read large blocks with O_DIRECT when possible ("0")
  *   "huge_pages"   "1" to advise transparent huge pages for read destinations
  *                  (fewer page faults filling fresh memory; "0")
  * Keys understood for writers:
  *   "num_threads"  worker threads for hashing and writing (default: CPU count)
+ *   "crypt_chunk_size"  bytes per encrypted box (default 2097152; a multiple
+ *                  of 64, at least 1024). Readers honour any valid size.
+ * A key (tz_options_set_key) makes readers decrypt and writers encrypt.
  * Unknown keys are rejected by tz_options_set with TZ_E_INVALID_ARG. */
 typedef struct tz_options tz_options;
 
 TZ_API int tz_options_new(tz_options **out);
 TZ_API int tz_options_set(tz_options *opts, const char *key, const char *value);
 TZ_API void tz_options_free(tz_options *opts);
+
+/* ---- Encryption keys ------------------------------------------------------ */
+
+/* Tensor data is encrypted with XSalsa20-Poly1305 (libsodium secretbox) in
+ * chunks, as upstream tensorizer does. A tz_key holds the secret in guarded
+ * memory (locked where the OS allows, wiped when freed). Keys are immutable:
+ * a handle may be shared by threads, and options, readers and writers keep
+ * their own reference, so the caller may free it right after handing it on.
+ * Secrets never appear in error messages. A wrong key, a wrong password and
+ * altered ciphertext all fail with TZ_E_CRYPTO and one generic message. */
+typedef struct tz_key tz_key;
+
+#define TZ_KEY_BYTES 32
+#define TZ_SALT_BYTES 16
+/* Argon2id limits (libsodium's values). */
+#define TZ_OPSLIMIT_MIN 1ULL
+#define TZ_OPSLIMIT_INTERACTIVE 2ULL
+#define TZ_OPSLIMIT_MODERATE 3ULL
+#define TZ_OPSLIMIT_SENSITIVE 4ULL
+#define TZ_OPSLIMIT_MAX 4294967295ULL
+#define TZ_MEMLIMIT_MIN 8192ULL
+#define TZ_MEMLIMIT_INTERACTIVE 67108864ULL
+#define TZ_MEMLIMIT_MODERATE 268435456ULL
+#define TZ_MEMLIMIT_SENSITIVE 1073741824ULL
+#define TZ_MEMLIMIT_MAX 4398046510080ULL
+
+/* 32 random bytes. */
+TZ_API int tz_key_new_random(tz_key **out);
+/* Exactly TZ_KEY_BYTES bytes of key. */
+TZ_API int tz_key_new_from_bytes(tz_key **out, const void *key, size_t key_len);
+/* Derives a key from a password now (Argon2id). `salt` is TZ_SALT_BYTES
+ * bytes, or NULL for a random one. Writers store the limits and salt in the
+ * file, so readers can derive the key again from the password. */
+TZ_API int tz_key_new_derived(tz_key **out, const void *password, size_t password_len, uint64_t opslimit,
+                              uint64_t memlimit, const uint8_t *salt, size_t salt_len);
+/* A password for reading: each file's key is derived with the limits and
+ * salt stored in it. Cannot be used to write. */
+TZ_API int tz_key_new_password(tz_key **out, const void *password, size_t password_len);
+/* Copies the 32 key bytes to `out` (cap >= TZ_KEY_BYTES). TZ_E_STATE for a
+ * password key, whose keys exist only per file. */
+TZ_API int tz_key_get_bytes(uint8_t *out, size_t cap, const tz_key *key);
+/* Copies the salt of a derived key (cap >= TZ_SALT_BYTES). TZ_E_NOT_FOUND
+ * for keys made without a password. */
+TZ_API int tz_key_get_salt(uint8_t *out, size_t cap, const tz_key *key);
+TZ_API void tz_key_free(tz_key *key);
+
+/* Readers opened with these options decrypt; writers encrypt. NULL removes
+ * the key. */
+TZ_API int tz_options_set_key(tz_options *opts, const tz_key *key);
 
 /* ---- Tensor types and paths ------------------------------------------------ */
 

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <map>
 #include <new>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "reader.hpp"
 #include "tensorizer.h"
+#include "tz/crypto/key.hpp"
 #include "tz/format/error.hpp"
 #include "writer.hpp"
 
@@ -54,6 +57,17 @@ unsigned parse_threads(const std::string& v) {
   return unsigned(n);
 }
 
+uint64_t parse_u64(const std::string& key, const std::string& v, uint64_t lo, uint64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  if (v.empty() || v[0] == '-' || *end != '\0' || errno != 0 || n < lo || n > hi) {
+    tz::fail(tz::Errc::invalid_arg, "option '" + key + "' must be an integer from " + std::to_string(lo) + " to " +
+                                        std::to_string(hi));
+  }
+  return n;
+}
+
 bool parse_bool(const std::string& key, const std::string& v) {
   if (v == "1" || v == "true") return true;
   if (v == "0" || v == "false") return false;
@@ -64,6 +78,11 @@ bool parse_bool(const std::string& key, const std::string& v) {
 
 struct tz_options {
   std::map<std::string, std::string> values;
+  std::shared_ptr<const tz::crypto::KeyMaterial> key;
+};
+
+struct tz_key {
+  std::shared_ptr<const tz::crypto::KeyMaterial> material;
 };
 
 struct tz_reader {
@@ -116,12 +135,71 @@ int tz_options_set(tz_options* opts, const char* key, const char* value) {
     const std::string k(key), v(value);
     if (k == "num_threads") parse_threads(v);
     else if (k == "verify_hash" || k == "direct_io" || k == "huge_pages") parse_bool(k, v);
+    else if (k == "crypt_chunk_size") parse_u64(k, v, 1024, uint64_t(1) << 40);
+    else if (k == "kdf_max_opslimit") parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
+    else if (k == "kdf_max_memlimit") parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
     else tz::fail(tz::Errc::invalid_arg, "Unknown option '" + k + "'");
     opts->values[k] = v;
   });
 }
 
 void tz_options_free(tz_options* opts) { delete opts; }
+
+int tz_options_set_key(tz_options* opts, const tz_key* key) {
+  return guarded([&] {
+    require(opts != nullptr, "opts is NULL");
+    opts->key = key ? key->material : nullptr;
+  });
+}
+
+static int new_key(tz_key** out, const std::function<std::shared_ptr<const tz::crypto::KeyMaterial>()>& make) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = nullptr;
+    auto k = std::make_unique<tz_key>();
+    k->material = make();
+    *out = k.release();
+  });
+}
+
+int tz_key_new_random(tz_key** out) {
+  return new_key(out, [] { return tz::crypto::KeyMaterial::random(); });
+}
+
+int tz_key_new_from_bytes(tz_key** out, const void* key, size_t key_len) {
+  return new_key(out, [&] { return tz::crypto::KeyMaterial::from_key(key, key_len); });
+}
+
+int tz_key_new_derived(tz_key** out, const void* password, size_t password_len, uint64_t opslimit, uint64_t memlimit,
+                       const uint8_t* salt, size_t salt_len) {
+  return new_key(out, [&] {
+    return tz::crypto::KeyMaterial::derive(password, password_len, opslimit, memlimit, salt, salt_len);
+  });
+}
+
+int tz_key_new_password(tz_key** out, const void* password, size_t password_len) {
+  return new_key(out, [&] { return tz::crypto::KeyMaterial::password(password, password_len); });
+}
+
+int tz_key_get_bytes(uint8_t* out, size_t cap, const tz_key* key) {
+  return guarded([&] {
+    require(out && key, "out and key must not be NULL");
+    require(cap >= TZ_KEY_BYTES, "the output buffer must hold TZ_KEY_BYTES bytes");
+    std::memcpy(out, key->material->key().data(), TZ_KEY_BYTES);
+  });
+}
+
+int tz_key_get_salt(uint8_t* out, size_t cap, const tz_key* key) {
+  return guarded([&] {
+    require(out && key, "out and key must not be NULL");
+    require(cap >= TZ_SALT_BYTES, "the output buffer must hold TZ_SALT_BYTES bytes");
+    const auto& kdf = key->material->kdf();
+    if (!kdf) tz::fail(tz::Errc::not_found, "This key was not derived from a password, so it has no salt");
+    std::memcpy(out, kdf->salt.data(), TZ_SALT_BYTES);
+  });
+}
+
+void tz_key_free(tz_key* key) { delete key; }
 
 int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
   return guarded([&] {
@@ -135,7 +213,11 @@ int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
         else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
         else if (k == "direct_io") o.direct_io = parse_bool(k, v);
         else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
+        else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
+        else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
+        else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to readers");
       }
+      o.key = opts->key;
     }
     auto r = std::make_unique<tz_reader>();
     r->impl = tz::core::Reader::open(uri, o);
@@ -249,8 +331,10 @@ int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
     if (opts) {
       for (const auto& [k, v] : opts->values) {
         if (k == "num_threads") o.num_threads = parse_threads(v);
+        else if (k == "crypt_chunk_size") o.crypt_chunk_size = parse_u64(k, v, 1024, uint64_t(1) << 40);
         else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to writers");
       }
+      o.key = opts->key;
     }
     auto w = std::make_unique<tz_writer>();
     w->impl = tz::core::Writer::open(uri, o);

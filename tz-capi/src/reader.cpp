@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "parallel.hpp"
+#include "tz/crypto/secretbox.hpp"
 #include "tz/format/bytes.hpp"
 #include "tz/format/error.hpp"
 #include "tz/format/hash.hpp"
@@ -67,8 +68,16 @@ Reader::Reader(std::unique_ptr<io::Source> source, const ReaderOptions& options)
   const size_t head_len = size_t(std::min<uint64_t>(size, kMetadataOffset));
   source_->read_at(0, head, head_len);
   header_ = parse_file_header(head, head_len);
-  if (header_.has_crypt_info()) {
-    // Decryption arrives with tz-crypto; until a key is supplied the data is unreadable.
+  if (options_.key) {
+    if (header_.version < kEncryptionVersion) {
+      fail(Errc::crypto, "Tensor file version " + std::to_string(header_.version) +
+                             " predates encryption, so it must not be encrypted, but decryption was requested");
+    }
+    if (!header_.has_crypt_info()) {
+      fail(Errc::crypto, "Tensor file is not flagged as encrypted, but decryption was requested");
+    }
+    resolver_ = std::make_unique<crypto::KeyResolver>(options_.key, options_.kdf_limits);
+  } else if (header_.has_crypt_info()) {
     fail(Errc::crypto, "Tensor is encrypted, but decryption was not requested");
   }
   if (header_.metadata_length > size - kMetadataOffset) {
@@ -86,6 +95,8 @@ Reader::Reader(std::unique_ptr<io::Source> source, const ReaderOptions& options)
   for (const auto& e : entries_) trie.insert(e.path);
   module_index_ = std::make_unique<std::atomic<int>[]>(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) module_index_[i].store(-1);
+  header_once_ = std::make_unique<std::once_flag[]>(entries_.size());
+  headers_.resize(entries_.size());
 }
 
 std::string Reader::tensor_label(size_t index) const { return display_path(entries_[index].path); }
@@ -97,8 +108,54 @@ Reader::Header Reader::read_header(size_t index) {
   source_->read_at(e.header_offset, h.bytes.data(), h.bytes.size());
   h.parsed = parse_tensor_header(h.bytes.data(), h.bytes.size(), e.long_dims, header_.has_crypt_info());
   check_header_matches(h.parsed, e);
-  module_index_[index].store(h.parsed.module_index, std::memory_order_release);
+  if (h.parsed.crypt_info_size) {
+    h.crypt = parse_crypt_info(h.bytes.data() + h.parsed.crypt_info_offset + 8, h.parsed.crypt_info_size - 8);
+  }
+  // FORMAT.md §6.6: which tensors must be (and can be) decrypted, and in which boxes.
+  const bool decrypting = resolver_ != nullptr;
+  if (e.data_length > 0 && decrypting && !h.crypt.encrypted()) {
+    fail(Errc::crypto, "Tensor is not encrypted, but decryption was requested");
+  }
+  if (e.data_length > 0 && h.crypt.encrypted()) {
+    if (h.crypt.cipher_chunks == 0) fail(Errc::crypto, "No known encryption method found in file");
+    if (h.crypt.cipher_chunks > 1) fail(Errc::crypto, "Could not interpret encryption method of the file");
+    const uint64_t macs = h.crypt.macs.size();
+    if (h.crypt.scheme == CipherScheme::sequential || macs == 1) {
+      h.box_size = e.data_length;  // one secretbox over all the data
+    } else {
+      const uint64_t boxes = (e.data_length + h.crypt.chunk_size - 1) / h.crypt.chunk_size;
+      if (boxes != macs) {
+        fail(Errc::crypto, "Number of nonces provided (" + std::to_string(macs) +
+                               ") does not match the number of chunks (" + std::to_string(boxes) + ") of tensor '" +
+                               tensor_label(index) + "'");
+      }
+      h.box_size = h.crypt.chunk_size;
+    }
+  }
   return h;
+}
+
+const Reader::Header& Reader::header(size_t index) {
+  std::call_once(header_once_[index], [&] {
+    headers_[index] = std::make_unique<Header>(read_header(index));
+    module_index_[index].store(headers_[index]->parsed.module_index, std::memory_order_release);
+  });
+  return *headers_[index];
+}
+
+const crypto::SecretBytes* Reader::key_for(const Header& h) {
+  if (h.box_size == 0) return nullptr;
+  return &resolver_->key_for(h.crypt);
+}
+
+void Reader::decrypt_box(size_t index, const Header& h, const crypto::SecretBytes& key, uint8_t* box,
+                         uint64_t box_index, size_t size) const {
+  const Nonce nonce = crypto::nonce_add(h.crypt.nonce, box_index);
+  if (!crypto::open_in_place(box, size, h.crypt.macs[size_t(box_index)], nonce, key)) {
+    // One message for a wrong key and for altered data: the MAC cannot tell them apart.
+    fail(Errc::crypto, "Tensor decryption failed for '" + tensor_label(index) +
+                           "': the key is wrong or the encrypted data was altered");
+  }
 }
 
 void Reader::load_headers(const uint64_t* indices, size_t count) {
@@ -106,7 +163,7 @@ void Reader::load_headers(const uint64_t* indices, size_t count) {
   for (size_t k = 0; k < n; ++k) {
     const uint64_t i = indices ? indices[k] : k;
     if (i >= entries_.size()) fail(Errc::not_found, "Tensor index " + std::to_string(i) + " is out of range");
-    if (module_index(size_t(i)) < 0) read_header(size_t(i));
+    header(size_t(i));
   }
 }
 
@@ -126,38 +183,45 @@ void Reader::check_hashes(size_t index, const Header& h, uint32_t crc, const uin
   }
 }
 
-// Reads bytes [begin, end) of a tensor's data. `whole` units also read and
-// check the header, and verify hashes when asked.
+// Reads bytes [begin, end) of a tensor's data (box-aligned for encrypted
+// data). `whole` units also check the header and verify hashes when asked.
 void Reader::read_one(const ReadRequest& req, bool verify, uint64_t begin, uint64_t end, bool whole) {
   const size_t index = size_t(req.index);
   const auto& e = entries_[index];
   auto* dst = static_cast<uint8_t*>(req.dst);
-  if (whole || begin == 0) {
-    const Header h = read_header(index);
-    if (e.is_meta()) {
-      std::memset(dst, 0, size_t(e.nbytes));  // meta tensors load as zeros and are not verified
-      return;
-    }
-    if (whole && verify) {
-      const std::vector<uint8_t> hashed = hashable_header(h.bytes.data(), h.bytes.size(), h.parsed);
-      uint32_t crc = crc32_update(0, hashed.data(), hashed.size());
-      Sha256 sha;
-      sha.update(hashed.data(), hashed.size());
-      for (uint64_t off = 0; off < e.data_length; off += kHashChunk) {
-        const size_t n = size_t(std::min(kHashChunk, e.data_length - off));
-        source_->read_at(e.data_offset + off, dst + off, n);
-        crc = crc32_update(crc, dst + off, n);
-        sha.update(dst + off, n);
-      }
-      const auto digest = sha.finish();
-      check_hashes(index, h, crc, digest.data());
-      if (e.dtype.needs_swap()) swap_bytes(dst, e.data_length, e.dtype.swap_unit());
-      return;
-    }
+  const Header& h = header(index);
+  if (e.is_meta()) {
+    // Meta tensors load as zeros and are not verified.
+    if (whole || begin == 0) std::memset(dst, 0, size_t(e.nbytes));
+    return;
   }
-  if (e.is_meta()) return;
+  const crypto::SecretBytes* key = key_for(h);
+  if (whole && verify) {
+    const std::vector<uint8_t> hashed = hashable_header(h.bytes.data(), h.bytes.size(), h.parsed);
+    uint32_t crc = crc32_update(0, hashed.data(), hashed.size());
+    Sha256 sha;
+    sha.update(hashed.data(), hashed.size());
+    // Read, decrypt and hash one step at a time while it is still in cache.
+    const uint64_t step = key ? h.box_size : kHashChunk;
+    for (uint64_t off = 0; off < e.data_length; off += step) {
+      const size_t n = size_t(std::min(step, e.data_length - off));
+      source_->read_at(e.data_offset + off, dst + off, n);
+      if (key) decrypt_box(index, h, *key, dst + off, off / step, n);
+      crc = crc32_update(crc, dst + off, n);
+      sha.update(dst + off, n);
+    }
+    const auto digest = sha.finish();
+    check_hashes(index, h, crc, digest.data());
+    if (e.dtype.needs_swap()) swap_bytes(dst, e.data_length, e.dtype.swap_unit());
+    return;
+  }
   if (end > begin) {
     source_->read_at(e.data_offset + begin, dst + begin, size_t(end - begin));
+    if (key) {
+      for (uint64_t off = begin; off < end; off += h.box_size) {
+        decrypt_box(index, h, *key, dst + off, off / h.box_size, size_t(std::min(h.box_size, end - off)));
+      }
+    }
     if (e.dtype.needs_swap()) swap_bytes(dst + begin, end - begin, e.dtype.swap_unit());
   }
 }
@@ -182,6 +246,16 @@ void Reader::read_batch(const ReadRequest* reqs, size_t count, bool verify, unsi
     }
   }
   if (threads == 0) threads = options_.num_threads ? options_.num_threads : default_threads();
+  if (header_.has_crypt_info()) {
+    // Splitting encrypted data needs each tensor's box size: read those headers first.
+    size_t failed_request = 0;
+    try {
+      parallel_for(count, threads, [&](size_t k) { header(size_t(reqs[k].index)); }, &failed_request);
+    } catch (...) {
+      if (failed) *failed = failed_request;
+      throw;
+    }
+  }
 
   struct Unit {
     size_t request;
@@ -202,12 +276,16 @@ void Reader::read_batch(const ReadRequest* reqs, size_t count, bool verify, unsi
       return entries_[size_t(reqs[a].index)].data_offset < entries_[size_t(reqs[b].index)].data_offset;
     });
     for (size_t k : order) {
-      const uint64_t len = entries_[size_t(reqs[k].index)].data_length;
-      if (len <= kChunk) {
+      const size_t index = size_t(reqs[k].index);
+      const uint64_t len = entries_[index].data_length;
+      // Encrypted data splits only at secretbox boundaries.
+      const uint64_t box = header_.has_crypt_info() ? header(index).box_size : 0;
+      const uint64_t unit = box == 0 ? kChunk : std::max<uint64_t>(1, kChunk / box) * box;
+      if (len <= unit) {
         units.push_back({k, 0, len, true});
         continue;
       }
-      for (uint64_t off = 0; off < len; off += kChunk) units.push_back({k, off, std::min(len, off + kChunk), false});
+      for (uint64_t off = 0; off < len; off += unit) units.push_back({k, off, std::min(len, off + unit), false});
     }
   }
   if (options_.huge_pages)
@@ -218,6 +296,12 @@ void Reader::read_batch(const ReadRequest* reqs, size_t count, bool verify, unsi
       const Unit& unit = units[u];
       read_one(reqs[unit.request], verify, unit.begin, unit.end, unit.whole);
     }, &failed_unit);
+  } catch (const Error& err) {
+    const ReadRequest& r = reqs[units[failed_unit].request];
+    if (failed) *failed = units[failed_unit].request;
+    // Never leave bytes that failed authentication in the caller's buffer.
+    if (err.code() == Errc::crypto && r.dst) std::memset(r.dst, 0, size_t(entries_[size_t(r.index)].nbytes));
+    throw;
   } catch (...) {
     if (failed) *failed = units[failed_unit].request;
     throw;
@@ -227,7 +311,7 @@ void Reader::read_batch(const ReadRequest* reqs, size_t count, bool verify, unsi
 void Reader::verify_bytes(size_t index, const void* data, uint64_t size) {
   if (index >= entries_.size()) fail(Errc::not_found, "Tensor index " + std::to_string(index) + " is out of range");
   const auto& e = entries_[index];
-  const Header h = read_header(index);
+  const Header& h = header(index);
   const std::vector<uint8_t> hashed = hashable_header(h.bytes.data(), h.bytes.size(), h.parsed);
   uint32_t crc = crc32_update(0, hashed.data(), hashed.size());
   Sha256 sha;

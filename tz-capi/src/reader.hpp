@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "tz/crypto/key.hpp"
 #include "tz/format/container.hpp"
+#include "tz/format/crypt_info.hpp"
 #include "tz/io/source.hpp"
 
 namespace tz::core {
@@ -19,6 +21,8 @@ struct ReaderOptions {
   bool verify_hash = false;
   bool direct_io = false;
   bool huge_pages = false;  // advise transparent huge pages for destinations
+  std::shared_ptr<const crypto::KeyMaterial> key;  // decryption requested when set
+  crypto::KeyResolver::Limits kdf_limits;
 };
 
 struct ReadRequest {
@@ -48,8 +52,15 @@ class Reader {
   struct Header {
     std::vector<uint8_t> bytes;
     format::TensorHeader parsed;
+    format::CryptInfo crypt;
+    uint64_t box_size = 0;  // encrypted data: bytes per secretbox (0: stored in the clear)
   };
+  // Reads, parses and validates a tensor header once; later calls share it.
+  const Header& header(size_t index);
   Header read_header(size_t index);
+  const crypto::SecretBytes* key_for(const Header& h);
+  void decrypt_box(size_t index, const Header& h, const crypto::SecretBytes& key, uint8_t* box, uint64_t box_index,
+                   size_t size) const;
   void read_one(const ReadRequest& req, bool verify, uint64_t begin, uint64_t end, bool whole);
   void check_hashes(size_t index, const Header& h, uint32_t crc, const uint8_t* sha) const;
   std::string tensor_label(size_t index) const;
@@ -59,6 +70,9 @@ class Reader {
   format::FileHeader header_;
   std::vector<format::MetadataEntry> entries_;
   std::unique_ptr<std::atomic<int>[]> module_index_;
+  std::unique_ptr<std::once_flag[]> header_once_;
+  std::vector<std::unique_ptr<Header>> headers_;
+  std::unique_ptr<crypto::KeyResolver> resolver_;
 };
 
 }  // namespace tz::core

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "parallel.hpp"
+#include "tz/crypto/secretbox.hpp"
 #include "tz/format/bytes.hpp"
 #include "tz/format/error.hpp"
 #include "tz/format/hash.hpp"
@@ -21,7 +22,29 @@ struct Planned {
   const TensorInput* in;
   MetadataEntry entry;
   BuiltHeader header;
+  std::vector<uint8_t> crypt_info;  // block body, for encrypted files
+  bool encrypted = false;
+  Nonce nonce{};
+  size_t mac_offset = 0;  // of the first MAC slot in header.bytes
 };
+
+// Hashes, encrypts and writes one tensor's data box by box, each box while
+// it is in cache; MACs go into the header's crypt_info.
+std::array<uint8_t, 32> write_encrypted(io::Sink& sink, Planned& p, const crypto::SecretBytes& key,
+                                        uint64_t box_size, Sha256& sha) {
+  const auto& e = p.entry;
+  const auto* plain = static_cast<const uint8_t*>(p.in->data);
+  std::unique_ptr<uint8_t[]> cipher(new uint8_t[size_t(std::min(box_size, e.data_length))]);
+  for (uint64_t off = 0, box = 0; off < e.data_length; off += box_size, ++box) {
+    const size_t n = size_t(std::min(box_size, e.data_length - off));
+    sha.update(plain + off, n);
+    Mac mac;
+    crypto::seal(cipher.get(), mac, plain + off, n, crypto::nonce_add(p.nonce, box), key);
+    std::memcpy(p.header.bytes.data() + p.mac_offset + box * kMacBytes, mac.data(), kMacBytes);
+    sink.write_at(e.data_offset + off, cipher.get(), n);
+  }
+  return sha.finish();
+}
 
 }  // namespace
 
@@ -31,6 +54,18 @@ std::unique_ptr<Writer> Writer::open(const std::string& uri, const WriterOptions
 
 Writer::Writer(std::unique_ptr<io::Sink> sink, const WriterOptions& options)
     : sink_(std::move(sink)), options_(options) {
+  if (options_.key) {
+    if (!options_.key->has_key()) {
+      fail(Errc::invalid_arg, "A password key can only decrypt; derive a key (with its salt and limits) to encrypt");
+    }
+    if (options_.crypt_chunk_size % kCryptChunkQuantum != 0 || options_.crypt_chunk_size < kCryptChunkMinimum) {
+      fail(Errc::invalid_arg, "crypt_chunk_size must be a multiple of 64 and at least 1024");
+    }
+    // Set at construction, before any tensor, as upstream does; the flag is
+    // serialized once the version reaches 4.
+    header_.version = kEncryptionVersion;
+    header_.flags |= kFlagEncrypted;
+  }
   header_.metadata_length = kDefaultMetadataReserve;
   pos_ = kMetadataOffset + header_.metadata_length;
   // The reserve stays a hole until written: it reads as zeros, as upstream writes it.
@@ -155,7 +190,28 @@ void Writer::write(const TensorInput* tensors, size_t count, unsigned threads) {
       spec.ndim = e.shape.size();
       spec.long_dims = e.long_dims;
       spec.data_length = e.data_length;
+      if (options_.key) {
+        // Encrypted tensors carry SHA-256 only; tensors without data (meta,
+        // empty) stay in the clear with an empty crypt_info and both hashes.
+        p.encrypted = e.data_length > 0;
+        if (p.encrypted) {
+          const uint64_t boxes = (e.data_length + options_.crypt_chunk_size - 1) / options_.crypt_chunk_size;
+          p.nonce = crypto::random_nonce();
+          for (uint64_t b = 0; b < boxes; ++b) {
+            if (!used_nonces_.insert(crypto::nonce_add(p.nonce, b)).second) fail(Errc::crypto, "Illegal nonce reuse");
+          }
+          const KdfParams* kdf = options_.key->kdf() ? &*options_.key->kdf() : nullptr;
+          size_t mac_offset = 0;
+          p.crypt_info = build_crypt_info(kdf, options_.crypt_chunk_size, p.nonce, size_t(boxes), &mac_offset);
+          spec.crc32 = false;
+          p.mac_offset = mac_offset;
+        } else {
+          p.crypt_info = empty_crypt_info();
+        }
+        spec.crypt_info = &p.crypt_info;
+      }
       p.header = build_tensor_header(spec);
+      if (p.encrypted) p.mac_offset += p.header.crypt_info_offset + 8;
       e.header_offset = at;
       e.data_offset = at + p.header.bytes.size();
       at = e.data_offset + e.data_length;
@@ -174,17 +230,28 @@ void Writer::write(const TensorInput* tensors, size_t count, unsigned threads) {
       Planned& p = plan[order[u]];
       const auto& e = p.entry;
       auto& hb = p.header.bytes;
-      uint32_t crc = crc32_update(0, hb.data(), hb.size());
+      // Hashes cover the header with its crypt_info left out (hash slots are still zero).
+      TensorHeader layout;
+      layout.hashes = p.header.hashes;
+      layout.crypt_info_offset = p.header.crypt_info_offset;
+      layout.crypt_info_size = p.header.crypt_info_size;
+      const std::vector<uint8_t> hashed = hashable_header(hb.data(), hb.size(), layout);
+      uint32_t crc = crc32_update(0, hashed.data(), hashed.size());
       Sha256 sha;
-      sha.update(hb.data(), hb.size());
-      const auto* data = static_cast<const uint8_t*>(p.in->data);
-      for (uint64_t off = 0; off < e.data_length; off += kWriteChunk) {
-        const size_t n = size_t(std::min(kWriteChunk, e.data_length - off));
-        crc = crc32_update(crc, data + off, n);
-        sha.update(data + off, n);
-        sink_->write_at(e.data_offset + off, data + off, n);
+      sha.update(hashed.data(), hashed.size());
+      std::array<uint8_t, 32> digest;
+      if (p.encrypted) {
+        digest = write_encrypted(*sink_, p, options_.key->key(), options_.crypt_chunk_size, sha);
+      } else {
+        const auto* data = static_cast<const uint8_t*>(p.in->data);
+        for (uint64_t off = 0; off < e.data_length; off += kWriteChunk) {
+          const size_t n = size_t(std::min(kWriteChunk, e.data_length - off));
+          crc = crc32_update(crc, data + off, n);
+          sha.update(data + off, n);
+          sink_->write_at(e.data_offset + off, data + off, n);
+        }
+        digest = sha.finish();
       }
-      const auto digest = sha.finish();
       for (const auto& h : p.header.hashes) {
         if (h.type == HashType::crc32) store_u32(hb.data() + h.value_offset, crc);
         else std::memcpy(hb.data() + h.value_offset, digest.data(), 32);

@@ -4,16 +4,21 @@
 // end marker and the file header so the file is valid after every call.
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "tz/crypto/key.hpp"
 #include "tz/format/container.hpp"
+#include "tz/format/crypt_info.hpp"
 #include "tz/io/source.hpp"
 
 namespace tz::core {
 
 struct WriterOptions {
   unsigned num_threads = 0;  // 0: default_threads()
+  std::shared_ptr<const crypto::KeyMaterial> key;  // encrypt every tensor with data when set
+  uint64_t crypt_chunk_size = format::kCryptChunkSize;
 };
 
 struct TensorInput {
@@ -52,6 +57,7 @@ class Writer {
   uint64_t metadata_used_ = 0;  // bytes of the index already written
   bool tagged_ = false;         // v5 metadata version tags in use
   format::PathTrie paths_;
+  std::set<format::Nonce> used_nonces_;  // every box nonce of this file, as upstream refuses reuse
   bool closed_ = false;
   bool broken_ = false;
 };

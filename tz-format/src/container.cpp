@@ -187,7 +187,7 @@ TensorHeader parse_tensor_header(const uint8_t* bytes, size_t size, bool long_di
   if (has_crypt_info) {
     h.crypt_info_offset = r.pos();
     const uint64_t crypt_len = r.u64();
-    if (crypt_len > r.remaining()) fail(Errc::format, "crypt_info block runs past the tensor header");
+    if (crypt_len > r.remaining()) fail(Errc::crypto, "Malformed crypt_info block: it runs past the tensor header");
     r.take(size_t(crypt_len));
     h.crypt_info_size = 8 + size_t(crypt_len);
   }

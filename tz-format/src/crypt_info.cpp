@@ -15,7 +15,7 @@ enum : uint16_t { kKdfPwhash = 1 };
 
 KdfParams parse_kdf(ByteReader& r) {
   const uint16_t method = r.u16();
-  if (method != kKdfPwhash) fail(Errc::format, "Unknown key derivation method " + std::to_string(method) + " in crypt_info");
+  if (method != kKdfPwhash) fail(Errc::crypto, "Malformed crypt_info block: unknown key derivation method " + std::to_string(method) + " in crypt_info");
   KdfParams k;
   k.opslimit = r.u64();
   k.memlimit = r.u64();
@@ -33,13 +33,13 @@ bool KdfParams::operator<(const KdfParams& o) const {
 }
 
 CryptInfo parse_crypt_info(const uint8_t* body, size_t size) {
-  ByteReader r(body, size, "crypt_info block");
+  ByteReader r(body, size, "crypt_info block", Errc::crypto);
   CryptInfo info;
   info.chunk_count = r.u16();
   for (size_t c = 0; c < info.chunk_count; ++c) {
     const uint64_t chunk_len = r.u64();
-    if (chunk_len < 2 || chunk_len > r.remaining()) fail(Errc::format, "crypt_info chunk length is out of range");
-    ByteReader cr(r.take(size_t(chunk_len)), size_t(chunk_len), "crypt_info chunk");
+    if (chunk_len < 2 || chunk_len > r.remaining()) fail(Errc::crypto, "Malformed crypt_info block: a chunk length is out of range");
+    ByteReader cr(r.take(size_t(chunk_len)), size_t(chunk_len), "crypt_info chunk", Errc::crypto);
     const uint16_t type = cr.u16();
     switch (type) {
       case kChunkKdf:
@@ -50,12 +50,12 @@ CryptInfo parse_crypt_info(const uint8_t* body, size_t size) {
         info.scheme = CipherScheme::parallel;
         info.chunk_size = cr.u64();
         if (info.chunk_size % kCryptChunkQuantum != 0 || info.chunk_size < kCryptChunkMinimum) {
-          fail(Errc::format, "Invalid encryption chunk size " + std::to_string(info.chunk_size) +
+          fail(Errc::crypto, "Malformed crypt_info block: invalid encryption chunk size " + std::to_string(info.chunk_size) +
                                  " (must be a multiple of 64 and at least 1024)");
         }
         std::memcpy(info.nonce.data(), cr.take(kNonceBytes), kNonceBytes);
         const uint64_t macs = cr.u64();
-        if (macs > cr.remaining() / kMacBytes) fail(Errc::format, "crypt_info MAC count runs past its chunk");
+        if (macs > cr.remaining() / kMacBytes) fail(Errc::crypto, "Malformed crypt_info block: the MAC count runs past its chunk");
         info.macs.resize(size_t(macs));
         for (auto& m : info.macs) std::memcpy(m.data(), cr.take(kMacBytes), kMacBytes);
         break;
@@ -68,7 +68,7 @@ CryptInfo parse_crypt_info(const uint8_t* body, size_t size) {
         std::memcpy(info.macs[0].data(), cr.take(kMacBytes), kMacBytes);
         break;
       default:
-        fail(Errc::format, "Unknown crypt_info chunk type " + std::to_string(type));
+        fail(Errc::crypto, "Malformed crypt_info block: unknown chunk type " + std::to_string(type));
     }
   }
   return info;

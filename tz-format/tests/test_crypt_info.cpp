@@ -72,18 +72,18 @@ TEST_CASE("sequential (type 3) crypt_info is read") {
   CHECK(info.macs.size() == 1);
 }
 
-TEST_CASE("malformed crypt_info is a format error") {
+TEST_CASE("malformed crypt_info is a crypto error") {
   const auto good = build_crypt_info(nullptr, kCryptChunkSize, Nonce{}, 2, nullptr);
   SECTION("every truncation") {
     for (size_t n = 0; n < good.size(); ++n) {
       std::vector<uint8_t> cut(good.begin(), good.begin() + long(n));
-      CHECK(parse_error(cut) == tz::Errc::format);
+      CHECK(parse_error(cut) == tz::Errc::crypto);
     }
   }
   SECTION("chunk sizes") {
     for (uint64_t size : {uint64_t(0), uint64_t(960), uint64_t(1000), uint64_t(1024 + 32)}) {
       auto b = build_crypt_info(nullptr, size, Nonce{}, 1, nullptr);
-      CHECK(parse_error(b) == tz::Errc::format);
+      CHECK(parse_error(b) == tz::Errc::crypto);
     }
     auto ok = build_crypt_info(nullptr, 1024, Nonce{}, 1, nullptr);
     CHECK(parse_crypt_info(ok.data(), ok.size()).chunk_size == 1024);
@@ -91,21 +91,21 @@ TEST_CASE("malformed crypt_info is a format error") {
   SECTION("unknown chunk type and KDF method") {
     auto b = good;
     store_u16(b.data() + 10, 7);
-    CHECK(parse_error(b) == tz::Errc::format);
+    CHECK(parse_error(b) == tz::Errc::crypto);
     KdfParams kdf;
     kdf.salt.assign(16, 0);
     auto k = build_crypt_info(&kdf, kCryptChunkSize, Nonce{}, 1, nullptr);
     store_u16(k.data() + 12, 9);
-    CHECK(parse_error(k) == tz::Errc::format);
+    CHECK(parse_error(k) == tz::Errc::crypto);
   }
   SECTION("a MAC count beyond the chunk") {
     auto b = good;
     store_u64(b.data() + 2 + 8 + 2 + 8 + 24, uint64_t(1) << 60);
-    CHECK(parse_error(b) == tz::Errc::format);
+    CHECK(parse_error(b) == tz::Errc::crypto);
   }
   SECTION("a chunk length beyond the block") {
     auto b = good;
     store_u64(b.data() + 2, good.size());
-    CHECK(parse_error(b) == tz::Errc::format);
+    CHECK(parse_error(b) == tz::Errc::crypto);
   }
 }

@@ -51,7 +51,7 @@ struct CryptInfo {
 
 // Parses a block body (the bytes after its u64 length prefix). Malformed
 // blocks, unknown chunk types or methods and invalid chunk sizes raise
-// Errc::format.
+// Errc::crypto: every fault in how a tensor is encrypted is a crypto error.
 CryptInfo parse_crypt_info(const uint8_t* body, size_t size);
 
 // Builds a block body for an encrypted tensor with `mac_count` zeroed MAC
