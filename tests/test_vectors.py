@@ -5,8 +5,7 @@ Every file must decode with our ``TensorDeserializer`` to its
 names, shapes and the SHA-256 of each tensor's raw bytes.  Meta tensors must
 come back as zeros.  Hash verification must pass.
 
-The encrypted vectors need ``tensorizer.DecryptionParams``; they are skipped
-only while that does not exist yet.
+The encrypted vectors are opened with the key or password from the manifest.
 """
 
 from __future__ import annotations
@@ -66,9 +65,7 @@ def _check(name: str, loaded: dict):
 
 
 def _decryption(name):
-    DecryptionParams = getattr(tensorizer, "DecryptionParams", None)
-    if DecryptionParams is None:
-        pytest.skip("tensorizer.DecryptionParams not implemented yet (encryption is a later issue)")
+    DecryptionParams = tensorizer.DecryptionParams
     spec = MANIFEST[name]
     if "key_hex" in spec:
         return DecryptionParams.from_key(bytes.fromhex(spec["key_hex"]))

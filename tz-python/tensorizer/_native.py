@@ -57,6 +57,29 @@ int tz_options_new(tz_options **out);
 int tz_options_set(tz_options *opts, const char *key, const char *value);
 void tz_options_free(tz_options *opts);
 
+typedef struct tz_key tz_key;
+#define TZ_KEY_BYTES 32
+#define TZ_SALT_BYTES 16
+#define TZ_OPSLIMIT_MIN 1
+#define TZ_OPSLIMIT_INTERACTIVE 2
+#define TZ_OPSLIMIT_MODERATE 3
+#define TZ_OPSLIMIT_SENSITIVE 4
+#define TZ_OPSLIMIT_MAX 4294967295
+#define TZ_MEMLIMIT_MIN 8192
+#define TZ_MEMLIMIT_INTERACTIVE 67108864
+#define TZ_MEMLIMIT_MODERATE 268435456
+#define TZ_MEMLIMIT_SENSITIVE 1073741824
+#define TZ_MEMLIMIT_MAX 4398046510080
+int tz_key_new_random(tz_key **out);
+int tz_key_new_from_bytes(tz_key **out, const void *key, size_t key_len);
+int tz_key_new_derived(tz_key **out, const void *password, size_t password_len, uint64_t opslimit,
+                       uint64_t memlimit, const uint8_t *salt, size_t salt_len);
+int tz_key_new_password(tz_key **out, const void *password, size_t password_len);
+int tz_key_get_bytes(uint8_t *out, size_t cap, const tz_key *key);
+int tz_key_get_salt(uint8_t *out, size_t cap, const tz_key *key);
+void tz_key_free(tz_key *key);
+int tz_options_set_key(tz_options *opts, const tz_key *key);
+
 #define TZ_TENSOR_PARAM 0
 #define TZ_TENSOR_BUFFER 1
 #define TZ_TENSOR_STATE_DICT 2

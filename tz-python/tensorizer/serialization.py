@@ -43,6 +43,7 @@ import numpy
 import torch
 
 import tensorizer._crypt as _crypt
+from tensorizer._crypt import DecryptionParams, EncryptionParams
 import tensorizer._dtypes as _dtypes
 import tensorizer._tensor_path as _tensor_path
 import tensorizer.stream_io as stream_io
@@ -55,6 +56,8 @@ __all__ = [
     "TensorDeserializer",
     "TensorType",
     "CryptographyError",
+    "EncryptionParams",
+    "DecryptionParams",
     "FilterFuncType",
 ]
 
@@ -389,9 +392,9 @@ class _AnonymousFile:
 class _Options:
     """Owns a tz_options handle."""
 
-    def __init__(self, values: Dict[str, str]):
+    def __init__(self, values: Dict[str, str], key=None):
         self.ptr = ffi.NULL
-        if not values:
+        if not values and key is None:
             return
         lib = _native.lib
         out = ffi.new("tz_options **")
@@ -399,6 +402,13 @@ class _Options:
         self.ptr = out[0]
         for k, v in values.items():
             rc = lib.tz_options_set(self.ptr, k.encode(), str(v).encode())
+            if rc != 0:
+                msg = _native.error_message()
+                self.free()
+                _native.raise_error(rc, msg)
+        if key is not None:
+            # The options take their own reference to the key handle.
+            rc = lib.tz_options_set_key(self.ptr, key.ptr)
             if rc != 0:
                 msg = _native.error_message()
                 self.free()
@@ -529,8 +539,7 @@ class TensorDeserializer(
         num_readers: Threads used for reading. None picks automatically.
         verify_hash: Default for verifying each tensor's stored hashes on
             load (``HashMismatchError`` on mismatch).
-        encryption: Decryption is not supported by this build yet; must be
-            None.
+        encryption: ``DecryptionParams`` for an encrypted file, or None.
     """
 
     def __init__(
@@ -612,12 +621,15 @@ class TensorDeserializer(
         self._device_is_dynamic = underspecified and lazy_load
 
         self._verify_hash = bool(verify_hash)
+        key = None
         if encryption is not None:
-            raise TypeError(
-                "encryption parameter: expected DecryptionParams instance"
-                f" or None, {encryption.__class__.__name__} found"
-                " (decryption is not supported by this build yet)"
-            )
+            if not isinstance(encryption, DecryptionParams):
+                raise TypeError(
+                    "encryption parameter: expected DecryptionParams instance"
+                    f" or None, {encryption.__class__.__name__} found"
+                )
+            key = encryption._native_key()
+        self._encrypted = encryption is not None
         self._dtype: Optional[torch.dtype] = dtype
         self._lazy_load = bool(lazy_load)
 
@@ -638,7 +650,7 @@ class TensorDeserializer(
         out = ffi.new("tz_reader **")
         # Opt-in transparent huge pages for destinations (see tensorizer.h).
         huge_pages = os.environ.get("TENSORIZER_HUGE_PAGES", "0") == "1"
-        options = _Options({"huge_pages": "1"} if huge_pages else {})
+        options = _Options({"huge_pages": "1"} if huge_pages else {}, key=key)
         try:
             rc = lib.tz_reader_open(
                 out, path.encode("utf-8", "surrogateescape"), options.ptr
@@ -1405,7 +1417,7 @@ class TensorSerializer:
             created) or a readable, writable, seekable binary file object
             (e.g. an open file or ``io.BytesIO``).
         compress_tensors: Has no effect.
-        encryption: Encryption is not supported by this build yet; must be
+        encryption: ``EncryptionParams`` to encrypt every tensor's data, or
             None.
         limit_cpu_concurrency: Maximum worker threads for hashing and
             writing (None: one per CPU).
@@ -1453,19 +1465,26 @@ class TensorSerializer:
         self._num_threads = limit_cpu_concurrency or 0
         self.cpu_limit = limit_cpu_concurrency or (os.cpu_count() or 1)
 
+        key = None
         if encryption is not None:
-            raise TypeError(
-                "encryption parameter: expected EncryptionParams instance"
-                f" or None, {encryption.__class__.__name__} found"
-                " (encryption is not supported by this build yet)"
-            )
+            if not isinstance(encryption, EncryptionParams):
+                raise TypeError(
+                    "encryption parameter: expected EncryptionParams instance"
+                    f" or None, {encryption.__class__.__name__} found"
+                )
+            key = encryption._native_key()
+        self._encrypted = encryption is not None
 
         try:
             path = self._open_target(file_obj)
             out = ffi.new("tz_writer **")
-            rc = _native.lib.tz_writer_open(
-                out, path.encode("utf-8", "surrogateescape"), ffi.NULL
-            )
+            options = _Options({}, key=key)
+            try:
+                rc = _native.lib.tz_writer_open(
+                    out, path.encode("utf-8", "surrogateescape"), options.ptr
+                )
+            finally:
+                options.free()
             if rc != 0:
                 raise _open_error(rc, path)
             self._writer = out[0]

@@ -1,12 +1,13 @@
 """
-Cryptography support for tensorizer.
-
-Only the exception type lives here for now; encryption and decryption
-(EncryptionParams / DecryptionParams) come in a later change.
+Cryptography support for tensorizer: the exception type, and the
+EncryptionParams / DecryptionParams that choose keys (see ``_params``).
 """
 
-__all__ = ["CryptographyError"]
+__all__ = ["CryptographyError", "EncryptionParams", "DecryptionParams"]
 
 
 class CryptographyError(Exception):
     """Base class for encryption and decryption failures."""
+
+
+from ._params import DecryptionParams, EncryptionParams  # noqa: E402
