@@ -216,11 +216,15 @@ void Reader::read_one(const ReadRequest& req, bool verify, uint64_t begin, uint6
     return;
   }
   if (end > begin) {
-    source_->read_at(e.data_offset + begin, dst + begin, size_t(end - begin));
     if (key) {
+      // Box by box, so each one is decrypted while it is still in cache.
       for (uint64_t off = begin; off < end; off += h.box_size) {
-        decrypt_box(index, h, *key, dst + off, off / h.box_size, size_t(std::min(h.box_size, end - off)));
+        const size_t n = size_t(std::min(h.box_size, end - off));
+        source_->read_at(e.data_offset + off, dst + off, n);
+        decrypt_box(index, h, *key, dst + off, off / h.box_size, n);
       }
+    } else {
+      source_->read_at(e.data_offset + begin, dst + begin, size_t(end - begin));
     }
     if (e.dtype.needs_swap()) swap_bytes(dst + begin, end - begin, e.dtype.swap_unit());
   }
