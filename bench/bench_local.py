@@ -310,8 +310,9 @@ class Peer:
         return env
 
 
-def run_worker(peer, spec, timeout):
-    cmd = [peer.python, os.path.abspath(__file__), "--worker", json.dumps(spec)]
+def run_worker(peer, spec, timeout, script=None):
+    """Runs `script` (default: this file) as a worker under the peer's interpreter."""
+    cmd = [peer.python, script or os.path.abspath(__file__), "--worker", json.dumps(spec)]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(
