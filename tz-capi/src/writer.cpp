@@ -48,19 +48,30 @@ std::array<uint8_t, 32> write_encrypted(io::Sink& sink, Planned& p, const crypto
 
 }  // namespace
 
+namespace {
+
+// Checked before the destination is created, so bad options never truncate a file.
+void check_options(const WriterOptions& options) {
+  if (!options.key) return;
+  if (!options.key->has_key()) {
+    fail(Errc::invalid_arg, "A password key can only decrypt; derive a key (with its salt and limits) to encrypt");
+  }
+  if (options.crypt_chunk_size % kCryptChunkQuantum != 0 || options.crypt_chunk_size < kCryptChunkMinimum) {
+    fail(Errc::invalid_arg, "crypt_chunk_size must be a multiple of 64 and at least 1024");
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Writer> Writer::open(const std::string& uri, const WriterOptions& options) {
+  check_options(options);
   return std::make_unique<Writer>(io::open_sink(uri), options);
 }
 
 Writer::Writer(std::unique_ptr<io::Sink> sink, const WriterOptions& options)
     : sink_(std::move(sink)), options_(options) {
+  check_options(options_);
   if (options_.key) {
-    if (!options_.key->has_key()) {
-      fail(Errc::invalid_arg, "A password key can only decrypt; derive a key (with its salt and limits) to encrypt");
-    }
-    if (options_.crypt_chunk_size % kCryptChunkQuantum != 0 || options_.crypt_chunk_size < kCryptChunkMinimum) {
-      fail(Errc::invalid_arg, "crypt_chunk_size must be a multiple of 64 and at least 1024");
-    }
     // Set at construction, before any tensor, as upstream does; the flag is
     // serialized once the version reaches 4.
     header_.version = kEncryptionVersion;

@@ -136,6 +136,7 @@ TEST_CASE("encrypted round trip across box boundaries, with meta and empty tenso
   CHECK(info.data_offset - info.header_offset == fixed + 60 + 2 * 16);
   REQUIRE(tz_reader_tensor_info(&info, r.r, 3) == TZ_OK);  // empty: in the clear, both hashes
   CHECK(info.data_offset - info.header_offset == fixed + 6 + 10);
+  std::remove(path.c_str());
 }
 
 TEST_CASE("upstream's encrypted vectors decrypt to their manifest") {
@@ -234,6 +235,7 @@ TEST_CASE("wrong keys and altered data fail with one crypto error and no data") 
     std::vector<std::vector<uint8_t>> got;
     CHECK(read_all(r.r, got, 0) == TZ_E_CRYPTO);
   }
+  std::remove(path.c_str());
 }
 
 TEST_CASE("passwords: derive, read back, and upstream's mismatch rules") {
@@ -312,8 +314,13 @@ TEST_CASE("passwords: derive, read back, and upstream's mismatch rules") {
     Opts o;
     REQUIRE(tz_options_set_key(o.o, pw.k) == TZ_OK);
     tz_writer* w = nullptr;
-    CHECK(tz_writer_open(&w, temp_path("never.tensors").c_str(), o.o) == TZ_E_INVALID_ARG);
+    // ...and refusing one leaves an existing file alone.
+    const std::string existing = temp_path("existing.tensors");
+    spit(existing, {1, 2, 3});
+    CHECK(tz_writer_open(&w, existing.c_str(), o.o) == TZ_E_INVALID_ARG);
     CHECK(w == nullptr);
+    CHECK(slurp(existing) == std::vector<uint8_t>{1, 2, 3});
+    std::remove(existing.c_str());
   }
   std::remove(path.c_str());
 }
@@ -362,6 +369,9 @@ TEST_CASE("key handles check their arguments") {
   REQUIRE(tz_key_new_random(&k) == TZ_OK);
   REQUIRE(tz_options_set_key(o, k) == TZ_OK);
   tz_key_free(k);  // options keep their own reference
-  CHECK(tz_writer_open(&w, temp_path("bad_chunk.tensors").c_str(), o) == TZ_E_INVALID_ARG);
+  const std::string never = temp_path("bad_chunk.tensors");
+  CHECK(tz_writer_open(&w, never.c_str(), o) == TZ_E_INVALID_ARG);
+  CHECK(slurp(never).empty());
+  CHECK(access(never.c_str(), F_OK) != 0);  // not even created
   tz_options_free(o);
 }
