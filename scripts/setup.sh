@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES="build-essential cmake pkg-config catch2 libsodium-dev"
+# nginx-light, openssl and curl serve the HTTP(S) tests (started by the tests on loopback).
+APT_PACKAGES="build-essential cmake pkg-config catch2 libsodium-dev libcurl4-openssl-dev nginx-light openssl curl"
 need_apt=()
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$p")
@@ -13,7 +14,16 @@ done
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  # Servers installed for the tests must not start as system services.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod +x "$policy" && own_policy=1
+  fi
+  status=0
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null || status=$?
+  [ "$own_policy" -eq 0 ] || $SUDO rm -f "$policy"
+  [ "$status" -eq 0 ] || exit "$status"
 fi
 
 PY=${PYTHON:-python3}

@@ -89,6 +89,16 @@ TZ_API const char *tz_status_name(int status);
  *
  * Keys understood for readers:
  *   "num_threads"  worker threads for bulk reads (default: CPU count, >= 1)
+ *   For http:// and https:// sources (ranged GETs, one connection per thread,
+ *   redirects followed; transient failures retried with backoff, resuming at
+ *   the first missing byte; other 4xx fail at once):
+ *   "tls_verify"   "0" to skip TLS certificate checks ("1")
+ *   "ca_file", "ca_dir"  CA bundle / hashed CA directory to trust
+ *   "http_headers" extra request headers, one "Name: value" per line
+ *   "http_max_attempts"  failed attempts in a row before giving up (8)
+ *   "http_backoff_ms"    first retry delay, doubled each time up to 3 s (100)
+ *   "http_connect_timeout_ms" (10000), "http_stall_timeout_ms" (20000: a
+ *                  transfer that delivers nothing for this long is retried)
  *   "kdf_max_opslimit", "kdf_max_memlimit"
  *                  the most costly key derivation a file may ask a password
  *                  key for (defaults 64 and 4294967296 bytes); a file asking
@@ -209,7 +219,8 @@ typedef struct tz_tensor_info {
   const tz_path_component *path;
 } tz_tensor_info;
 
-/* Opens a tensorizer file. `uri` is a local path (or file:// URI).
+/* Opens a tensorizer file. `uri` is a local path, a file:// URI, or an
+ * http:// or https:// URL (the server must support range requests).
  * `opts` may be NULL. Parses and validates the header and metadata index. */
 TZ_API int tz_reader_open(tz_reader **out, const char *uri, const tz_options *opts);
 TZ_API void tz_reader_close(tz_reader *reader);

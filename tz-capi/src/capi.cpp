@@ -13,6 +13,7 @@
 #include "reader.hpp"
 #include "tensorizer.h"
 #include "tz/crypto/key.hpp"
+#include "tz/io/http.hpp"
 #include "tz/format/error.hpp"
 #include "writer.hpp"
 
@@ -72,6 +73,29 @@ bool parse_bool(const std::string& key, const std::string& v) {
   if (v == "1" || v == "true") return true;
   if (v == "0" || v == "false") return false;
   tz::fail(tz::Errc::invalid_arg, "option '" + key + "' must be 0 or 1");
+}
+
+// Applies a remote-source option; false if `k` is not one.
+bool apply_http_option(const std::shared_ptr<tz::io::HttpOptions>& http, const std::string& k, const std::string& v) {
+  if (k == "tls_verify") http->verify_tls = parse_bool(k, v);
+  else if (k == "ca_file") http->ca_file = v;
+  else if (k == "ca_dir") http->ca_dir = v;
+  else if (k == "http_headers") {
+    // One "Name: value" per line.
+    size_t start = 0;
+    while (start <= v.size()) {
+      const size_t end = std::min(v.find('\n', start), v.size());
+      std::string line = v.substr(start, end - start);
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) http->headers.push_back(line);
+      start = end + 1;
+    }
+  } else if (k == "http_max_attempts") http->max_attempts = unsigned(parse_u64(k, v, 1, 1000));
+  else if (k == "http_backoff_ms") http->backoff_ms = unsigned(parse_u64(k, v, 1, 3600000));
+  else if (k == "http_connect_timeout_ms") http->connect_timeout_ms = unsigned(parse_u64(k, v, 1, 3600000));
+  else if (k == "http_stall_timeout_ms") http->stall_timeout_ms = unsigned(parse_u64(k, v, 1, 3600000));
+  else return false;
+  return true;
 }
 
 }  // namespace
@@ -136,6 +160,11 @@ int tz_options_set(tz_options* opts, const char* key, const char* value) {
     if (k == "num_threads") parse_threads(v);
     else if (k == "verify_hash" || k == "direct_io" || k == "huge_pages") parse_bool(k, v);
     else if (k == "crypt_chunk_size") parse_u64(k, v, 1024, uint64_t(1) << 40);
+    else if (k == "tls_verify") parse_bool(k, v);
+    else if (k == "ca_file" || k == "ca_dir" || k == "http_headers") {
+    } else if (k == "http_max_attempts") parse_u64(k, v, 1, 1000);
+    else if (k == "http_backoff_ms" || k == "http_connect_timeout_ms" || k == "http_stall_timeout_ms")
+      parse_u64(k, v, 1, 3600000);
     else if (k == "kdf_max_opslimit") parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
     else if (k == "kdf_max_memlimit") parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
     else tz::fail(tz::Errc::invalid_arg, "Unknown option '" + k + "'");
@@ -207,12 +236,15 @@ int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::ReaderOptions o;
+    auto http = std::make_shared<tz::io::HttpOptions>();
+    o.http = http;
     if (opts) {
       for (const auto& [k, v] : opts->values) {
         if (k == "num_threads") o.num_threads = parse_threads(v);
         else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
         else if (k == "direct_io") o.direct_io = parse_bool(k, v);
         else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
+        else if (apply_http_option(http, k, v)) continue;
         else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
         else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
         else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to readers");

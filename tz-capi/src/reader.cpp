@@ -58,6 +58,7 @@ std::string hex(const uint8_t* p, size_t n) {
 std::unique_ptr<Reader> Reader::open(const std::string& uri, const ReaderOptions& options) {
   io::SourceOptions so;
   so.direct_io = options.direct_io;
+  so.http = options.http;
   return std::make_unique<Reader>(io::open_source(uri, so), options);
 }
 

@@ -12,6 +12,7 @@
 #include "tz/crypto/key.hpp"
 #include "tz/format/container.hpp"
 #include "tz/format/crypt_info.hpp"
+#include "tz/io/http.hpp"
 #include "tz/io/source.hpp"
 
 namespace tz::core {
@@ -22,6 +23,7 @@ struct ReaderOptions {
   bool direct_io = false;
   bool huge_pages = false;  // advise transparent huge pages for destinations
   std::shared_ptr<const crypto::KeyMaterial> key;  // decryption requested when set
+  std::shared_ptr<const io::HttpOptions> http;     // for http(s):// sources
   crypto::KeyResolver::Limits kdf_limits;
 };
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "tz/format/error.hpp"
+#include "tz/io/http.hpp"
 
 namespace tz::io {
 namespace {
@@ -165,6 +166,9 @@ void FileSink::close() {
 }
 
 std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options) {
+  if (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0) {
+    return std::make_unique<HttpSource>(uri, options.http ? *options.http : HttpOptions{});
+  }
   const auto scheme_end = uri.find("://");
   if (scheme_end != std::string::npos && uri.rfind("file://", 0) != 0) {
     fail(Errc::unsupported, "Unsupported URI scheme in '" + uri.substr(0, scheme_end + 3) +

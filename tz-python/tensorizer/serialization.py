@@ -420,9 +420,26 @@ class _Options:
             self.ptr = ffi.NULL
 
 
+def _http_options(url: str) -> Dict[str, str]:
+    """Reader options for an http(s) URL. Like the curl tool upstream runs,
+    honour CURL_CA_BUNDLE (and SSL_CERT_FILE / SSL_CERT_DIR) for TLS."""
+    if not url.startswith("https://"):
+        return {}
+    values = {}
+    ca_file = os.environ.get("CURL_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
+    if ca_file:
+        values["ca_file"] = ca_file
+    ca_dir = os.environ.get("SSL_CERT_DIR")
+    if ca_dir:
+        values["ca_dir"] = ca_dir
+    return values
+
+
 def _open_error(rc: int, path: str) -> BaseException:
     msg = _native.error_message()
     if rc == _native.lib.TZ_E_NOT_FOUND:
+        if stream_io.http_url(path) is not None:
+            return FileNotFoundError(msg)  # the message names the URL without its query
         e = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
         return e
     try:
@@ -650,7 +667,9 @@ class TensorDeserializer(
         out = ffi.new("tz_reader **")
         # Opt-in transparent huge pages for destinations (see tensorizer.h).
         huge_pages = os.environ.get("TENSORIZER_HUGE_PAGES", "0") == "1"
-        options = _Options({"huge_pages": "1"} if huge_pages else {}, key=key)
+        values = {"huge_pages": "1"} if huge_pages else {}
+        values.update(_http_options(path))
+        options = _Options(values, key=key)
         try:
             rc = lib.tz_reader_open(
                 out, path.encode("utf-8", "surrogateescape"), options.ptr
@@ -765,6 +784,10 @@ class TensorDeserializer(
     def _open_source(self, file_obj) -> Tuple[str, bool]:
         """Find a path the native reader can open; returns (path, reopenable)."""
         if isinstance(file_obj, (str, bytes, os.PathLike)):
+            url = stream_io.http_url(file_obj)
+            if url is not None:
+                # The native reader fetches byte ranges itself, on num_readers connections.
+                return url, True
             path = stream_io.local_path(file_obj)
             if path is None:
                 # Remote schemes: let stream_io raise its error

@@ -1,9 +1,11 @@
 """
 Opening tensorizer sources and targets as file-like objects.
 
-This build supports local files (plain paths, ``os.PathLike`` objects and
-``file://`` URIs). Remote schemes (``http://``, ``https://``, ``s3://``,
-``redis://``) are recognised but not supported yet.
+``open_stream`` opens local files (plain paths, ``os.PathLike`` objects and
+``file://`` URIs). ``TensorDeserializer`` also reads ``http://`` and
+``https://`` URLs directly (the native reader fetches byte ranges itself);
+file objects for remote schemes (``http(s)://``, ``s3://``, ``redis://``)
+are not supported by this build yet.
 """
 
 import io
@@ -54,6 +56,16 @@ def local_path(path_uri: Union[str, bytes, os.PathLike]) -> Optional[str]:
         return None
     # Unknown schemes are treated as plain local paths, as upstream does.
     return path_uri
+
+
+def http_url(path_uri: Union[str, bytes, os.PathLike]) -> Optional[str]:
+    """`path_uri` itself if it is an http:// or https:// URL, else None."""
+    if isinstance(path_uri, os.PathLike):
+        return None
+    if isinstance(path_uri, bytes):
+        path_uri = os.fsdecode(path_uri)
+    scheme, _ = _split_scheme(path_uri)
+    return path_uri if scheme in ("http", "https") else None
 
 
 def _unsupported_scheme(path_uri: str) -> ValueError:

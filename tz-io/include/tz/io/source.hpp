@@ -1,12 +1,13 @@
 #pragma once
 // Byte sources and sinks. A Source serves positional reads of a fixed-size
-// object (a local file now; HTTP, S3 and Redis objects later); a Sink takes
+// object (a local file, an HTTP(S) URL; S3 and Redis later); a Sink takes
 // positional writes. Implementations must allow concurrent read_at/write_at
 // calls from several threads.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tz::io {
 
@@ -38,11 +39,14 @@ class Sink {
   virtual std::string describe() const = 0;
 };
 
+struct HttpOptions;
+
 struct SourceOptions {
   bool direct_io = false;
+  std::shared_ptr<const HttpOptions> http;  // NULL: defaults
 };
 
-// Opens a source by URI: a local path or a file:// URI.
+// Opens a source by URI: a local path, a file:// URI, or http(s)://.
 std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options = {});
 // Creates (truncating) a sink by URI: a local path or a file:// URI.
 std::unique_ptr<Sink> open_sink(const std::string& uri);

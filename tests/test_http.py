@@ -1,0 +1,197 @@
+"""Loading over HTTP(S) from nginx on loopback: several readers, TLS with a
+throwaway CA, redirects, 4xx errors, and faults injected by a proxy
+(connections cut mid-body, stalls, 500/503 once, a server that stays down)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import servers
+from tensorizer import (
+    DecryptionParams,
+    EncryptionParams,
+    TensorDeserializer,
+    TensorSerializer,
+)
+from tensorizer import _native
+from tensorizer._native import ffi
+
+pytestmark = [
+    pytest.mark.ours_only,  # upstream shells out to curl with other knobs
+    pytest.mark.skipif(not Path(servers.NGINX).exists(), reason="nginx is not installed"),
+]
+
+KEY = bytes(range(32))
+
+
+def _state_dict():
+    g = torch.Generator().manual_seed(7)
+    return {
+        "big": torch.randn(3 * 1024 * 1024 + 5, generator=g),  # ~12 MiB: split across readers
+        "mid": torch.randn(300, 700, generator=g).to(torch.bfloat16),
+        "small": torch.arange(10, dtype=torch.int64),
+        "empty": torch.zeros(0),
+    }
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("www")
+    sd = _state_dict()
+    with TensorSerializer(root / "plain.tensors") as s:
+        s.write_state_dict(sd)
+    with TensorSerializer(root / "enc.tensors", encryption=EncryptionParams(KEY)) as s:
+        s.write_state_dict(sd)
+    tls = servers.make_ca(tmp_path_factory.mktemp("ca"))
+    with servers.Nginx(root, tmp_path_factory.mktemp("nginx"), tls=tls) as nginx:
+        yield {"nginx": nginx, "sd": sd, "root": root, "tls": tls}
+
+
+def _check(t, sd):
+    assert list(t.keys()) == list(sd.keys())
+    for k, v in sd.items():
+        assert torch.equal(t[k], v), k
+
+
+@pytest.mark.parametrize("num_readers", [1, 2, 4, 8])
+def test_load_over_http(site, num_readers):
+    url = site["nginx"].url("plain.tensors")
+    with TensorDeserializer(url, num_readers=num_readers, verify_hash=True) as t:
+        _check(t, site["sd"])
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_encrypted_over_http(site, verify):
+    url = site["nginx"].url("enc.tensors")
+    with TensorDeserializer(url, encryption=DecryptionParams.from_key(KEY), verify_hash=verify) as t:
+        _check(t, site["sd"])
+
+
+def test_lazy_load_and_redirect(site):
+    url = site["nginx"].url("redirect/plain.tensors")
+    with TensorDeserializer(url, lazy_load=True) as t:
+        assert torch.equal(t["small"], site["sd"]["small"])
+
+
+def test_https_with_the_test_ca(site, monkeypatch):
+    url = site["nginx"].url("plain.tensors", tls=True)
+    monkeypatch.setenv("CURL_CA_BUNDLE", str(site["tls"]["ca"]))
+    with TensorDeserializer(url, num_readers=2) as t:
+        _check(t, site["sd"])
+
+
+def test_https_verification_failure(site, monkeypatch):
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    url = site["nginx"].url("plain.tensors", tls=True)
+    with pytest.raises(OSError, match="(?i)certificate"):
+        TensorDeserializer(url)
+
+
+def test_not_found_names_the_url_without_its_query(site):
+    url = site["nginx"].url("missing.tensors") + "?X-Amz-Signature=topsecret"
+    with pytest.raises(FileNotFoundError) as ei:
+        TensorDeserializer(url)
+    assert "missing.tensors" in str(ei.value) and "404" in str(ei.value)
+    assert "topsecret" not in str(ei.value)
+
+
+# Plans are per connection, and connections are kept alive: a "cut" first
+# lets the size probe and some data through on one connection, so the
+# faults after it land in the middle of tensor data.
+@pytest.mark.parametrize(
+    "plan",
+    [
+        [("cut", 3 << 20)],  # reset mid-body: resumed, not restarted
+        [("cut", 1 << 20), ("cut", 2 << 20)],
+        [("cut", 1 << 20), ("status", 500)],
+        [("cut", 1 << 20), ("status", 503), ("status", 429)],
+    ],
+    ids=["cut", "cut-twice", "500-once", "503-then-429"],
+)
+def test_faults_are_survived_with_identical_bytes(site, plan):
+    with servers.FaultProxy(site["nginx"].port, plan) as proxy:
+        with TensorDeserializer(proxy.url("plain.tensors"), num_readers=1, verify_hash=True) as t:
+            _check(t, site["sd"])
+        assert proxy.connections == len(plan) + 1
+        # Resumed from the byte where each cut happened: nothing is fetched twice
+        # (beyond response headers).
+        size = (site["root"] / "plain.tensors").stat().st_size
+        assert proxy.response_bytes < size + 64 * 1024
+
+
+def _native_load(url, **options):
+    """Loads every tensor through the C ABI with reader options; returns bytes per tensor."""
+    lib = _native.lib
+    opts_p = ffi.new("tz_options **")
+    _native.check(lib.tz_options_new(opts_p))
+    opts = ffi.gc(opts_p[0], lib.tz_options_free)
+    for k, v in options.items():
+        _native.check(lib.tz_options_set(opts, k.encode(), str(v).encode()))
+    r_p = ffi.new("tz_reader **")
+    _native.check(lib.tz_reader_open(r_p, url.encode(), opts))
+    reader = ffi.gc(r_p[0], lib.tz_reader_close)
+    n = ffi.new("uint64_t *")
+    _native.check(lib.tz_reader_tensor_count(n, reader))
+    out = []
+    for i in range(n[0]):
+        info = ffi.new("tz_tensor_info *")
+        _native.check(lib.tz_reader_tensor_info(info, reader, i))
+        buf = ffi.new("uint8_t[]", max(int(info.nbytes), 1))
+        _native.check(lib.tz_reader_read(reader, i, buf, info.nbytes, lib.TZ_READ_VERIFY_HASH))
+        out.append(bytes(ffi.buffer(buf, int(info.nbytes))))
+    return out
+
+
+def test_a_stall_is_detected_and_resumed(site):
+    expected = _native_load(site["nginx"].url("plain.tensors"))
+    with servers.FaultProxy(site["nginx"].port, [("cut", 1 << 20), ("stall", 30)]) as proxy:
+        start = time.monotonic()
+        got = _native_load(proxy.url("plain.tensors"), http_stall_timeout_ms=1000)
+        assert time.monotonic() - start < 20
+    assert got == expected
+
+
+def test_a_server_that_stays_down_fails_in_bounded_time(site):
+    with servers.FaultProxy(site["nginx"].port, [("status", 503)] * 50) as proxy:
+        start = time.monotonic()
+        with pytest.raises(OSError, match="Giving up after 4"):
+            _native_load(proxy.url("plain.tensors"), http_max_attempts=4, http_backoff_ms=20)
+        assert time.monotonic() - start < 10
+    port = servers.free_port()  # nothing listens there
+    with pytest.raises(OSError, match="(?i)connect"):
+        _native_load(f"http://127.0.0.1:{port}/x.tensors", http_max_attempts=2, http_backoff_ms=10)
+
+
+def test_upstream_reads_what_we_serve_and_we_read_upstreams(site, upstream, tmp_path):
+    if shutil.which("curl") is None:
+        pytest.skip("upstream's HTTP reader needs the curl tool")
+    url = site["nginx"].url("plain.tensors")
+    sums = upstream.run_upstream_json(
+        f"""
+import json
+from tensorizer import TensorDeserializer
+t = TensorDeserializer({url!r}, verify_hash=True)
+print(json.dumps({{k: float(v.double().sum()) for k, v in t.items()}}))
+"""
+    )
+    assert sums == pytest.approx({k: float(v.double().sum()) for k, v in site["sd"].items()})
+    # Upstream writes a file into the served folder; we read it over HTTP.
+    target = site["root"] / "upstream.tensors"
+    upstream.run_upstream(
+        f"""
+import torch
+from tensorizer import TensorSerializer
+s = TensorSerializer({str(target)!r})
+s.write_state_dict({{"w": torch.arange(100000, dtype=torch.float32)}})
+s.close()
+"""
+    )
+    with TensorDeserializer(site["nginx"].url("upstream.tensors"), verify_hash=True) as t:
+        assert torch.equal(t["w"], torch.arange(100000, dtype=torch.float32))

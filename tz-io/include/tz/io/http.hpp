@@ -1,0 +1,68 @@
+#pragma once
+// HTTP(S) source on libcurl: ranged GETs straight into the caller's memory,
+// one pooled connection per concurrent reader, redirects followed, TLS
+// verified by default. Transient failures (connection reset or cut
+// mid-body, stalls, timeouts, 5xx, 408, 429) are retried with backoff,
+// resuming from the first byte not yet received; other 4xx fail at once.
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tz/io/source.hpp"
+
+struct curl_slist;
+
+namespace tz::io {
+
+struct HttpOptions {
+  bool verify_tls = true;
+  std::string ca_file;                // PEM bundle to trust instead of the system's
+  std::string ca_dir;                 // hashed CA directory
+  std::vector<std::string> headers;   // "Name: value", sent with every request
+  unsigned max_attempts = 8;          // per range, counting the first
+  unsigned connect_timeout_ms = 10000;
+  unsigned stall_timeout_ms = 20000;  // no byte for this long: retry
+  unsigned backoff_ms = 100;          // first retry delay; doubles, capped at 3 s
+};
+
+// The URL as it may appear in messages: without user info and query string
+// (pre-signed URLs carry credentials there).
+std::string redact_url(const std::string& url);
+
+class HttpSource final : public Source {
+ public:
+  HttpSource(const std::string& url, const HttpOptions& options);
+  ~HttpSource() override;
+
+  uint64_t size() const override { return size_; }
+  void read_at(uint64_t offset, void* dst, size_t len) override;
+  std::string describe() const override { return redact_url(url_); }
+  size_t preferred_block() const override { return size_t(16) << 20; }
+
+ private:
+  struct Handle;
+  Handle* acquire();
+  void release(Handle* h);
+  // One attempt at [offset, offset + len): returns the bytes received (the
+  // prefix that arrived intact) and whether a retry may help.
+  struct Attempt {
+    size_t received = 0;
+    bool done = false;
+    bool retryable = false;
+    std::string error;
+    long status = 0;
+  };
+  Attempt attempt(Handle* h, uint64_t offset, uint8_t* dst, size_t len, bool probe_size);
+  void fetch(uint64_t offset, uint8_t* dst, size_t len, bool probe_size);
+
+  std::string url_;
+  HttpOptions options_;
+  uint64_t size_ = 0;
+  bool size_known_ = false;
+  std::mutex pool_mutex_;
+  std::vector<Handle*> pool_;
+  ::curl_slist* headers_ = nullptr;
+};
+
+}  // namespace tz::io

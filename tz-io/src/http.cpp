@@ -1,0 +1,311 @@
+#include "tz/io/http.hpp"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "tz/format/error.hpp"
+
+namespace tz::io {
+
+namespace {
+
+void global_init() {
+  static const CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (rc != CURLE_OK) fail(Errc::io, "libcurl could not be initialised");
+}
+
+// Per-attempt state shared with libcurl's callbacks.
+struct Transfer {
+  uint8_t* dst = nullptr;
+  size_t cap = 0;
+  size_t received = 0;
+  uint64_t expect_start = 0;
+  long status = 0;
+  bool range_ok = false;      // a 206 whose Content-Range starts where we asked
+  bool whole_body = false;    // a 200: the server ignored Range (usable from offset 0)
+  bool have_total = false;
+  uint64_t total = 0;         // from "Content-Range: bytes a-b/total" or "bytes */total"
+  bool mismatch = false;      // 206 for another range than asked
+};
+
+bool starts_with_ci(const char* p, size_t n, const char* prefix) {
+  const size_t k = std::strlen(prefix);
+  if (n < k) return false;
+  for (size_t i = 0; i < k; ++i) {
+    if (std::tolower(static_cast<unsigned char>(p[i])) != prefix[i]) return false;
+  }
+  return true;
+}
+
+size_t on_header(char* data, size_t size, size_t nitems, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * nitems;
+  if (starts_with_ci(data, n, "http/")) {
+    // A new response (after a redirect or a 100 Continue): start over.
+    const char* sp = static_cast<const char*>(std::memchr(data, ' ', n));
+    t->status = sp ? std::strtol(sp + 1, nullptr, 10) : 0;
+    t->range_ok = t->whole_body = t->have_total = t->mismatch = false;
+  } else if (starts_with_ci(data, n, "content-range:")) {
+    std::string v(data + 14, n - 14);
+    const auto bytes = v.find("bytes");
+    if (bytes != std::string::npos) {
+      const char* p = v.c_str() + bytes + 5;
+      while (*p == ' ') ++p;
+      if (*p == '*') {
+        ++p;
+      } else {
+        char* end = nullptr;
+        const unsigned long long start = std::strtoull(p, &end, 10);
+        if (end != p) {
+          if (start == t->expect_start) t->range_ok = true;
+          else t->mismatch = true;
+        }
+        p = end ? end : p;
+        while (*p && *p != '/') ++p;
+      }
+      if (*p == '/') {
+        char* end = nullptr;
+        const unsigned long long total = std::strtoull(p + 1, &end, 10);
+        if (end != p + 1) {
+          t->have_total = true;
+          t->total = total;
+        }
+      }
+    }
+  }
+  return n;
+}
+
+size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * nmemb;
+  if (t->status == 200 && t->expect_start == 0) t->whole_body = true;
+  const bool usable = (t->status == 206 && t->range_ok) || t->whole_body;
+  if (!usable) {
+    // An error page, or a range we did not ask for: never copied anywhere.
+    return (t->status >= 400 || t->status == 0) ? n : 0;
+  }
+  const size_t take = std::min(n, t->cap - t->received);
+  std::memcpy(t->dst + t->received, data, take);
+  t->received += take;
+  // More than asked (a server ignoring Range): stop once we have it all.
+  return take == n ? n : 0;
+}
+
+bool transient(CURLcode rc) {
+  switch (rc) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_WEIRD_SERVER_REPLY:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool transient_status(long status) { return status >= 500 || status == 408 || status == 429; }
+
+}  // namespace
+
+std::string redact_url(const std::string& url) {
+  std::string u = url.substr(0, url.find_first_of("?#"));
+  const auto scheme = u.find("://");
+  if (scheme != std::string::npos) {
+    const auto host_start = scheme + 3;
+    const auto path = u.find('/', host_start);
+    const auto at = u.rfind('@', path == std::string::npos ? u.size() : path);
+    if (at != std::string::npos && at >= host_start) u.erase(host_start, at + 1 - host_start);
+  }
+  return u;
+}
+
+struct HttpSource::Handle {
+  CURL* curl = nullptr;
+  char errbuf[CURL_ERROR_SIZE] = {0};
+};
+
+HttpSource::HttpSource(const std::string& url, const HttpOptions& options) : url_(url), options_(options) {
+  global_init();
+  for (const auto& h : options_.headers) {
+    curl_slist* next = curl_slist_append(headers_, h.c_str());
+    if (!next) throw std::bad_alloc();
+    headers_ = next;
+  }
+  uint8_t first = 0;
+  try {
+    fetch(0, &first, 1, true);
+    if (!size_known_) fail(Errc::io, "The server did not report the size of " + describe());
+  } catch (...) {
+    for (Handle* h : pool_) {
+      curl_easy_cleanup(h->curl);
+      delete h;
+    }
+    curl_slist_free_all(headers_);
+    throw;
+  }
+}
+
+HttpSource::~HttpSource() {
+  for (Handle* h : pool_) {
+    curl_easy_cleanup(h->curl);
+    delete h;
+  }
+  curl_slist_free_all(headers_);
+}
+
+HttpSource::Handle* HttpSource::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    if (!pool_.empty()) {
+      Handle* h = pool_.back();
+      pool_.pop_back();
+      return h;
+    }
+  }
+  auto h = std::make_unique<Handle>();
+  h->curl = curl_easy_init();
+  if (!h->curl) fail(Errc::nomem, "libcurl could not create a handle");
+  CURL* c = h->curl;
+  curl_easy_setopt(c, CURLOPT_URL, url_.c_str());
+  curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, long(options_.connect_timeout_ms));
+  // A stall (under 1 byte/s for this long) ends the attempt; it is then resumed.
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, long(options_.stall_timeout_ms / 1000)));
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
+  curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
+  if (!options_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options_.ca_file.c_str());
+  if (!options_.ca_dir.empty()) curl_easy_setopt(c, CURLOPT_CAPATH, options_.ca_dir.c_str());
+  if (headers_) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers_);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+  return h.release();
+}
+
+void HttpSource::release(Handle* h) {
+  std::lock_guard<std::mutex> lock(pool_mutex_);
+  pool_.push_back(h);
+}
+
+HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, uint8_t* dst, size_t len, bool probe_size) {
+  Transfer t;
+  t.dst = dst;
+  t.cap = len;
+  t.expect_start = offset;
+  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + len - 1);
+  curl_easy_setopt(h->curl, CURLOPT_RANGE, range.c_str());
+  curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &t);
+  h->errbuf[0] = '\0';
+  const CURLcode rc = curl_easy_perform(h->curl);
+
+  Attempt a;
+  a.status = t.status;
+  const bool usable = (t.status == 206 && t.range_ok) || t.whole_body;
+  a.received = usable ? t.received : 0;
+  if (probe_size) {
+    if (t.status == 416 && t.have_total && t.total == 0) {
+      size_known_ = true;  // an empty object
+      a.done = true;
+      return a;
+    }
+    if (t.status == 206 && t.have_total) {
+      size_ = t.total;
+      size_known_ = true;
+    }
+  }
+  if (t.whole_body) {
+    a.error = "the server does not support range requests (it answered 200 to a ranged GET)";
+    return a;
+  }
+  if (t.mismatch) {
+    a.error = "the server answered a different range than requested";
+    return a;
+  }
+  if (a.received == len && usable) {
+    a.done = true;
+    return a;
+  }
+  if (rc != CURLE_OK && rc != CURLE_WRITE_ERROR) {
+    a.retryable = transient(rc);
+    a.error = std::string(curl_easy_strerror(rc)) + (h->errbuf[0] ? std::string(": ") + h->errbuf : "");
+    return a;
+  }
+  if (t.status >= 400 || (t.status != 206 && t.status != 200)) {
+    a.retryable = transient_status(t.status);
+    a.error = "HTTP status " + std::to_string(t.status);
+    return a;
+  }
+  // 206 but the body ended early: resume from where it stopped.
+  a.retryable = true;
+  a.error = "the response ended after " + std::to_string(a.received) + " of " + std::to_string(len) + " bytes";
+  return a;
+}
+
+void HttpSource::fetch(uint64_t offset, uint8_t* dst, size_t len, bool probe_size) {
+  unsigned failures = 0;
+  unsigned delay = options_.backoff_ms;
+  std::minstd_rand jitter(std::random_device{}());
+  while (len > 0) {
+    Handle* h = acquire();
+    Attempt a;
+    try {
+      a = attempt(h, offset, dst, len, probe_size);
+    } catch (...) {
+      release(h);
+      throw;
+    }
+    release(h);
+    if (a.done) return;
+    offset += a.received;
+    dst += a.received;
+    len -= a.received;
+    probe_size = probe_size && a.received == 0;
+    if (!a.retryable) {
+      const std::string where = " (GET " + redact_url(url_) + ")";
+      if (a.status == 404 || a.status == 410) fail(Errc::not_found, "Not found: HTTP " + std::to_string(a.status) + where);
+      if (a.status == 401 || a.status == 403) {
+        fail(Errc::io, "Access denied: HTTP " + std::to_string(a.status) + where);
+      }
+      if (a.status == 416 && probe_size) fail(Errc::truncated, "Empty or unreadable object" + where);
+      fail(Errc::io, a.error + where);
+    }
+    // Progress resets the count: only failures in a row give up.
+    failures = a.received > 0 ? 1 : failures + 1;
+    if (failures >= options_.max_attempts) {
+      fail(Errc::io, "Giving up after " + std::to_string(failures) + " failed attempts: " + a.error + " (GET " +
+                         redact_url(url_) + ")");
+    }
+    const unsigned wait = delay + unsigned(jitter() % (delay / 2 + 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait));
+    delay = std::min(delay * 2, 3000u);
+  }
+}
+
+void HttpSource::read_at(uint64_t offset, void* dst, size_t len) {
+  if (len == 0) return;
+  if (offset > size_ || len > size_ - offset) {
+    fail(Errc::truncated, "Read past the end of " + describe() + " (" + std::to_string(size_) + " bytes)");
+  }
+  fetch(offset, static_cast<uint8_t*>(dst), len, false);
+}
+
+}  // namespace tz::io

@@ -1,0 +1,30 @@
+// HTTP source pieces that need no server; live servers are tested from
+// tests/test_http.py (nginx, a fault-injecting proxy).
+#include <catch2/catch.hpp>
+
+#include "tz/format/error.hpp"
+#include "tz/io/http.hpp"
+
+using namespace tz::io;
+
+TEST_CASE("URLs in messages lose credentials and query strings") {
+  CHECK(redact_url("https://host/a/b.tensors?X-Amz-Signature=abc") == "https://host/a/b.tensors");
+  CHECK(redact_url("http://user:pw@host:8080/x#frag") == "http://host:8080/x");
+  CHECK(redact_url("http://host/p@th") == "http://host/p@th");
+}
+
+TEST_CASE("a server that is not there fails within a bounded time with a clear error") {
+  HttpOptions o;
+  o.max_attempts = 3;
+  o.backoff_ms = 10;
+  o.connect_timeout_ms = 500;
+  try {
+    HttpSource s("http://127.0.0.1:9/nothing.tensors?token=secret", o);  // discard port: refused
+    FAIL("expected an error");
+  } catch (const tz::Error& e) {
+    const std::string msg = e.what();
+    CHECK(e.code() == tz::Errc::io);
+    CHECK(msg.find("Giving up after 3") != std::string::npos);
+    CHECK(msg.find("secret") == std::string::npos);
+  }
+}
