@@ -195,3 +195,37 @@ s.close()
     )
     with TensorDeserializer(site["nginx"].url("upstream.tensors"), verify_hash=True) as t:
         assert torch.equal(t["w"], torch.arange(100000, dtype=torch.float32))
+
+
+def test_open_stream_reads_ranges_and_feeds_the_deserializer(site):
+    from tensorizer import stream_io
+
+    url = site["nginx"].url("plain.tensors")
+    data = (site["root"] / "plain.tensors").read_bytes()
+    with stream_io.open_stream(url, "rb") as f:
+        assert f.read(5) == b"|TZR|"
+        f.seek(1000)
+        assert f.read(100) == data[1000:1100]
+        f.seek(-10, 2)
+        assert f.read() == data[-10:]
+    with stream_io.open_stream(url, "rb", begin=100, end=200) as f:
+        assert f.tell() == 100
+        assert f.read() == data[100:200]
+    with stream_io.open_stream(url, "rb") as f:
+        with TensorDeserializer(f, verify_hash=True) as t:
+            _check(t, site["sd"])
+    with pytest.raises(ValueError, match="read-only"):
+        stream_io.open_stream(url, "wb")
+
+
+def test_open_stream_certificate_handling(site):
+    from tensorizer import stream_io
+
+    url = site["nginx"].url("plain.tensors", tls=True)
+    with stream_io.open_stream(url, certificate_handling=stream_io.CAInfo(cacert=str(site["tls"]["ca"]))) as f:
+        assert f.read(5) == b"|TZR|"
+    with stream_io.open_stream(url, certificate_handling=stream_io.CAInfo(allow_untrusted=True)) as f:
+        with TensorDeserializer(f) as t:
+            _check(t, site["sd"])
+    with pytest.raises(ValueError):
+        stream_io.CAInfo()

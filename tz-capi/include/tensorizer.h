@@ -261,6 +261,19 @@ TZ_API int tz_reader_read_batch(tz_reader *reader, const tz_read_request *reques
 TZ_API int tz_reader_verify_bytes(tz_reader *reader, uint64_t index, const void *data,
                                   uint64_t size);
 
+/* ---- Raw byte sources ----------------------------------------------------- */
+
+/* Positional reads of any object a reader can open (local path, file://,
+ * http(s)://), with the same options (TLS, headers, retries): for callers
+ * that want bytes rather than tensors, e.g. file-like objects. Thread-safe. */
+typedef struct tz_source tz_source;
+
+TZ_API int tz_source_open(tz_source **out, const char *uri, const tz_options *opts);
+TZ_API int tz_source_size(uint64_t *out, const tz_source *source);
+/* Reads exactly `len` bytes at `offset` into dst; TZ_E_TRUNCATED past the end. */
+TZ_API int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
+TZ_API void tz_source_close(tz_source *source);
+
 /* ---- Writer --------------------------------------------------------------- */
 
 typedef struct tz_writer tz_writer;

@@ -119,6 +119,10 @@ struct tz_writer {
   std::unique_ptr<tz::core::Writer> impl;
 };
 
+struct tz_source {
+  std::unique_ptr<tz::io::Source> impl;
+};
+
 extern "C" {
 
 const char* tz_version(void) { return "0.1.0"; }
@@ -353,6 +357,48 @@ int tz_reader_verify_bytes(tz_reader* reader, uint64_t index, const void* data, 
     reader->impl->verify_bytes(size_t(index), data, size);
   });
 }
+
+int tz_source_open(tz_source** out, const char* uri, const tz_options* opts) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = nullptr;
+    require(uri != nullptr, "uri is NULL");
+    tz::io::SourceOptions so;
+    auto http = std::make_shared<tz::io::HttpOptions>();
+    so.http = http;
+    if (opts) {
+      for (const auto& [k, v] : opts->values) {
+        if (k == "direct_io") so.direct_io = parse_bool(k, v);
+        else if (!apply_http_option(http, k, v)) tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to sources");
+      }
+    }
+    auto s = std::make_unique<tz_source>();
+    s->impl = tz::io::open_source(uri, so);
+    *out = s.release();
+  });
+}
+
+int tz_source_size(uint64_t* out, const tz_source* source) {
+  return guarded([&] {
+    require(out && source, "out and source must not be NULL");
+    *out = source->impl->size();
+  });
+}
+
+int tz_source_read(tz_source* source, uint64_t offset, void* dst, size_t len) {
+  return guarded([&] {
+    require(source != nullptr, "source is NULL");
+    require(dst != nullptr || len == 0, "dst is NULL");
+    const uint64_t size = source->impl->size();
+    if (offset > size || len > size - offset) {
+      tz::fail(tz::Errc::truncated, "Read of " + std::to_string(len) + " bytes at " + std::to_string(offset) +
+                                        " runs past the end (" + std::to_string(size) + " bytes)");
+    }
+    source->impl->read_at(offset, dst, len);
+  });
+}
+
+void tz_source_close(tz_source* source) { delete source; }
 
 int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
   return guarded([&] {

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -166,7 +168,9 @@ void FileSink::close() {
 }
 
 std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options) {
-  if (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0) {
+  std::string scheme = uri.substr(0, std::min(uri.find("://"), uri.size()));
+  for (auto& ch : scheme) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (uri.find("://") != std::string::npos && (scheme == "http" || scheme == "https")) {
     return std::make_unique<HttpSource>(uri, options.http ? *options.http : HttpOptions{});
   }
   const auto scheme_end = uri.find("://");

@@ -147,6 +147,12 @@ int tz_reader_read_batch(tz_reader *reader, const tz_read_request *requests, siz
 int tz_reader_verify_bytes(tz_reader *reader, uint64_t index, const void *data,
                            uint64_t size);
 
+typedef struct tz_source tz_source;
+int tz_source_open(tz_source **out, const char *uri, const tz_options *opts);
+int tz_source_size(uint64_t *out, const tz_source *source);
+int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
+void tz_source_close(tz_source *source);
+
 typedef struct tz_writer tz_writer;
 
 typedef struct tz_tensor_desc {

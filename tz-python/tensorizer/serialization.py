@@ -420,21 +420,6 @@ class _Options:
             self.ptr = ffi.NULL
 
 
-def _http_options(url: str) -> Dict[str, str]:
-    """Reader options for an http(s) URL. Like the curl tool upstream runs,
-    honour CURL_CA_BUNDLE (and SSL_CERT_FILE / SSL_CERT_DIR) for TLS."""
-    if not url.startswith("https://"):
-        return {}
-    values = {}
-    ca_file = os.environ.get("CURL_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
-    if ca_file:
-        values["ca_file"] = ca_file
-    ca_dir = os.environ.get("SSL_CERT_DIR")
-    if ca_dir:
-        values["ca_dir"] = ca_dir
-    return values
-
-
 def _open_error(rc: int, path: str) -> BaseException:
     msg = _native.error_message()
     if rc == _native.lib.TZ_E_NOT_FOUND:
@@ -661,6 +646,7 @@ class TensorDeserializer(
             raise ValueError("num_readers must be positive")
 
         # Source
+        self._source_options: Optional[Dict[str, str]] = None
         path, reopenable = self._open_source(file_obj)
 
         lib = _native.lib
@@ -668,7 +654,7 @@ class TensorDeserializer(
         # Opt-in transparent huge pages for destinations (see tensorizer.h).
         huge_pages = os.environ.get("TENSORIZER_HUGE_PAGES", "0") == "1"
         values = {"huge_pages": "1"} if huge_pages else {}
-        values.update(_http_options(path))
+        values.update(self._source_options or stream_io.http_options(path))
         options = _Options(values, key=key)
         try:
             rc = lib.tz_reader_open(
@@ -783,6 +769,11 @@ class TensorDeserializer(
 
     def _open_source(self, file_obj) -> Tuple[str, bool]:
         """Find a path the native reader can open; returns (path, reopenable)."""
+        remote = file_obj.raw if isinstance(file_obj, io.BufferedReader) else file_obj
+        if isinstance(remote, stream_io.RemoteStreamFile) and file_obj.tell() == 0:
+            # A stream from open_stream(url): read the URL natively, with its options.
+            self._source_options = remote._tz_options
+            return remote._tz_uri, True
         if isinstance(file_obj, (str, bytes, os.PathLike)):
             url = stream_io.http_url(file_obj)
             if url is not None:

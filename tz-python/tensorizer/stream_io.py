@@ -14,7 +14,7 @@ import typing
 import urllib.parse
 from typing import Optional, Union
 
-__all__ = ["open_stream"]
+__all__ = ["open_stream", "CAInfo", "RemoteStreamFile"]
 
 _REMOTE_SCHEMES = ("http", "https", "s3", "redis")
 
@@ -68,6 +68,153 @@ def http_url(path_uri: Union[str, bytes, os.PathLike]) -> Optional[str]:
     return path_uri if scheme in ("http", "https") else None
 
 
+class CAInfo:
+    """
+    TLS certificate verification for https:// streams, as upstream's API:
+    exactly one of ``cacert`` (a PEM bundle), ``capath`` (a hashed
+    certificate directory) or ``allow_untrusted=True`` (no verification).
+    Pass ``certificate_handling=None`` for the system's trust store.
+    """
+
+    __slots__ = ("cacert", "capath", "allow_untrusted")
+
+    def __init__(
+        self,
+        *,
+        cacert: Optional[str] = None,
+        capath: Optional[str] = None,
+        allow_untrusted: bool = False,
+    ):
+        if (cacert, capath).count(None) + (not allow_untrusted) != 2:
+            raise ValueError(
+                "Exactly one of cacert, capath, or allow_untrusted=True"
+                " must be specified. For default certificate verification"
+                " behaviour, use certificate_handling=None instead of"
+                " an explicit CAInfo instance"
+            )
+        self.cacert = cacert
+        self.capath = capath
+        self.allow_untrusted = bool(allow_untrusted)
+
+    def options(self) -> dict:
+        """libtensorizer source options for this setting."""
+        if self.allow_untrusted:
+            return {"tls_verify": "0"}
+        if self.cacert is not None:
+            return {"ca_file": os.fspath(self.cacert)}
+        return {"ca_dir": os.fspath(self.capath)}
+
+
+def http_options(url: str, certificate_handling: Optional[CAInfo] = None) -> dict:
+    """libtensorizer options for an http(s) URL: `certificate_handling`, or,
+    like the curl tool upstream runs, CURL_CA_BUNDLE / SSL_CERT_FILE /
+    SSL_CERT_DIR from the environment."""
+    if certificate_handling is not None:
+        if not isinstance(certificate_handling, CAInfo):
+            raise TypeError(
+                "certificate_handling: expected CAInfo or None,"
+                f" got {certificate_handling.__class__.__name__}"
+            )
+        return certificate_handling.options()
+    if not url.lower().startswith("https://"):
+        return {}
+    values = {}
+    ca_file = os.environ.get("CURL_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
+    if ca_file:
+        values["ca_file"] = ca_file
+    ca_dir = os.environ.get("SSL_CERT_DIR")
+    if ca_dir:
+        values["ca_dir"] = ca_dir
+    return values
+
+
+class RemoteStreamFile(io.RawIOBase):
+    """
+    A read-only, seekable file object over an http(s) URL: each read is a
+    ranged GET through libtensorizer (pooled connections, retries that
+    resume, TLS verification), written straight into the caller's buffer
+    with the GIL released. Positions are absolute; ``begin``/``end`` bound
+    the readable range. A ``TensorDeserializer`` given this object reads the
+    URL natively, with these options.
+    """
+
+    def __init__(self, url: str, options: dict, begin: Optional[int] = None, end: Optional[int] = None):
+        super().__init__()
+        from . import _native
+        from ._native import ffi
+
+        self._native, self._ffi = _native, ffi
+        self._tz_uri = url
+        self._tz_options = dict(options)
+        lib = _native.lib
+        opts_p = ffi.new("tz_options **")
+        _native.check(lib.tz_options_new(opts_p))
+        opts = ffi.gc(opts_p[0], lib.tz_options_free)
+        for k, v in self._tz_options.items():
+            _native.check(lib.tz_options_set(opts, k.encode(), str(v).encode()))
+        out = ffi.new("tz_source **")
+        rc = lib.tz_source_open(out, url.encode("utf-8"), opts)
+        if rc != 0:
+            msg = _native.error_message()
+            if rc == lib.TZ_E_NOT_FOUND:
+                raise FileNotFoundError(msg)
+            _native.raise_error(rc, msg)
+        self._src = ffi.gc(out[0], lib.tz_source_close)
+        size = ffi.new("uint64_t *")
+        _native.check(lib.tz_source_size(size, self._src))
+        self._size = int(size[0])
+        self._begin = 0 if begin is None else int(begin)
+        self._end = self._size if end is None else min(int(end), self._size)
+        if not 0 <= self._begin <= self._end:
+            raise ValueError(f"Invalid range: begin={begin}, end={end} (size {self._size})")
+        self._pos = self._begin
+        self.name = url
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self._end + offset
+        else:
+            raise ValueError(f"Invalid whence ({whence})")
+        if pos < 0:
+            raise OSError(f"Negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        with memoryview(buffer) as mv, mv.cast("B") as view:
+            n = max(0, min(len(view), self._end - self._pos))
+            if n == 0:
+                return 0
+            dst = self._ffi.from_buffer(view)
+            try:
+                self._native.check(self._native.lib.tz_source_read(self._src, self._pos, dst, n))
+            finally:
+                self._ffi.release(dst)
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed and getattr(self, "_src", None) is not None:
+            self._ffi.release(self._src)  # runs tz_source_close now
+            self._src = None
+        super().close()
+
+
 def _unsupported_scheme(path_uri: str) -> ValueError:
     scheme, _ = _split_scheme(path_uri)
     return ValueError(
@@ -93,7 +240,8 @@ def open_stream(
     certificate_handling=None,
 ) -> typing.BinaryIO:
     """
-    Open a local file path (or ``file://`` URI) as a binary stream.
+    Open a local file path (or ``file://`` URI) or an http(s):// URL as a
+    binary stream.
 
     Args:
         path_uri: The path or URI to open. An ``int`` is taken as an open
@@ -104,10 +252,13 @@ def open_stream(
             (default ``io.DEFAULT_BUFFER_SIZE``).
         begin: Offset to seek to after opening.
         end: Ignored for local files.
+        certificate_handling: ``CAInfo`` for https:// URLs (None: the
+            system's trust store, or CURL_CA_BUNDLE / SSL_CERT_FILE).
         s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path,
-        force_http, s3_region_name, s3_signature_version,
-        certificate_handling: Only meaningful for remote schemes, which are
-            not supported by this build yet.
+        force_http, s3_region_name, s3_signature_version: for s3:// URIs,
+            which this build does not open yet.
+
+    http(s):// URLs open read-only, as a buffered ``RemoteStreamFile``.
 
     Returns:
         An open file object.
@@ -125,6 +276,19 @@ def open_stream(
             raise TypeError(
                 "path_uri: expected str, bytes, os.PathLike or int,"
                 f" got {path_uri.__class__.__name__}"
+            )
+        url = http_url(path_uri)
+        if url is not None:
+            if any(map(normalized_mode.__contains__, "wax+")):
+                raise ValueError(
+                    f"Cannot open {url.split('?')[0]!r} for writing: http(s) streams are read-only"
+                )
+            raw = RemoteStreamFile(url, http_options(url, certificate_handling), begin, end)
+            if buffer_size == 0:
+                return typing.cast(typing.BinaryIO, raw)
+            return typing.cast(
+                typing.BinaryIO,
+                io.BufferedReader(raw, buffer_size or (16 << 20)),
             )
         target = local_path(path_uri)
         if target is None:
