@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # nginx-light, openssl and curl serve the HTTP(S) tests (started by the tests on loopback).
-APT_PACKAGES="build-essential cmake pkg-config catch2 libsodium-dev libcurl4-openssl-dev nginx-light openssl curl"
+APT_PACKAGES="build-essential cmake pkg-config catch2 libsodium-dev libcurl4-openssl-dev libhiredis-dev nginx-light openssl curl redis-server"
 need_apt=()
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$p")
@@ -34,4 +34,4 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install -q torch==2.13.0
 fi
-.venv/bin/pip install -q "numpy" "cffi>=1.15" "pytest" "psutil"
+.venv/bin/pip install -q "numpy" "cffi>=1.15" "pytest" "psutil" "redis"

@@ -31,6 +31,16 @@ def _wait_port(port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def _stop(proc: Optional[subprocess.Popen]) -> None:
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def make_ca(workdir: Path) -> dict:
     """A CA and a server certificate for 127.0.0.1, made with the openssl CLI."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -116,13 +126,7 @@ http {{
         return f"http://127.0.0.1:{self.port}/{name}"
 
     def __exit__(self, *exc) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _stop(self.proc)
 
 
 class FaultProxy:
@@ -226,3 +230,40 @@ class FaultProxy:
                 sent += len(data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
+
+
+class RedisServer:
+    """redis-server on a free loopback port, no persistence; `password` turns on AUTH."""
+
+    def __init__(self, workdir: Path, password: Optional[str] = None):
+        self.workdir = workdir
+        self.password = password
+        self.port = free_port()
+        self.proc: Optional[subprocess.Popen] = None
+
+    def __enter__(self) -> "RedisServer":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        args = [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(self.port),
+                "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(self.workdir)]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_port(self.port)
+        except Exception:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def client(self, db: int = 0):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=self.port, db=db, password=self.password)
+
+    def uri(self, prefix: str, db: int = 0, password: Optional[str] = None) -> str:
+        auth = f":{password}@" if password else ""
+        dbpart = f"{db}/" if db else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/{dbpart}{prefix}"
+
+    def __exit__(self, *exc) -> None:
+        _stop(self.proc)

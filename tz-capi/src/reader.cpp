@@ -91,7 +91,9 @@ Reader::Reader(std::unique_ptr<io::Source> source, const ReaderOptions& options)
   }
   std::vector<uint8_t> block(size_t(header_.metadata_length));
   source_->read_at(kMetadataOffset, block.data(), block.size());
-  entries_ = parse_metadata(header_, block.data(), block.size(), size);
+  // A sparse source (Redis keys of a filtered to_redis) may lack trailing
+  // tensors: their bounds are checked when they are read instead.
+  entries_ = parse_metadata(header_, block.data(), block.size(), source_->sparse() ? UINT64_MAX / 4 : size);
   PathTrie trie;
   for (const auto& e : entries_) trie.insert(e.path);
   module_index_ = std::make_unique<std::atomic<int>[]>(entries_.size());

@@ -12,6 +12,7 @@
 
 #include "tz/format/error.hpp"
 #include "tz/io/http.hpp"
+#include "tz/io/redis.hpp"
 
 namespace tz::io {
 namespace {
@@ -172,6 +173,9 @@ std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions&
   for (auto& ch : scheme) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   if (uri.find("://") != std::string::npos && (scheme == "http" || scheme == "https")) {
     return std::make_unique<HttpSource>(uri, options.http ? *options.http : HttpOptions{});
+  }
+  if (uri.find("://") != std::string::npos && scheme == "redis") {
+    return std::make_unique<RedisSource>(uri, options.http ? options.http->connect_timeout_ms : 10000);
   }
   const auto scheme_end = uri.find("://");
   if (scheme_end != std::string::npos && uri.rfind("file://", 0) != 0) {

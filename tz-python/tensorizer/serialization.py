@@ -654,7 +654,10 @@ class TensorDeserializer(
         # Opt-in transparent huge pages for destinations (see tensorizer.h).
         huge_pages = os.environ.get("TENSORIZER_HUGE_PAGES", "0") == "1"
         values = {"huge_pages": "1"} if huge_pages else {}
-        values.update(self._source_options or stream_io.http_options(path))
+        source_values = dict(self._source_options or stream_io.http_options(path))
+        values.update(source_values)
+        # Kept for to_redis, which copies raw byte ranges of the same source.
+        self._source_uri, self._source_values = path, source_values
         options = _Options(values, key=key)
         try:
             rc = lib.tz_reader_open(
@@ -1397,7 +1400,50 @@ class TensorDeserializer(
         return all(ok for _, ok in results), results
 
     def to_redis(self, redis_client, key_prefix: str, force: bool = False) -> None:
-        raise NotImplementedError("to_redis is not supported by this build yet")
+        """
+        Writes this file to Redis in upstream's layout, so that
+        ``TensorDeserializer("redis://host:port/<key_prefix>")`` (ours or
+        upstream's) reads it back: ``{key_prefix}:header:0`` holds the file
+        header and metadata index, and each tensor (after ``filter_func``)
+        has ``{key_prefix}:{name}:{offset}`` keys for its header and its data
+        (still encrypted if the file is). Zero-length data gets no key (an
+        empty key would make readers misplace the next record). With
+        ``force=False``, tensors whose header key exists are skipped.
+
+        Args:
+            redis_client: A ``redis.Redis`` client (anything with ``set``,
+                ``exists`` and ``pipeline``).
+            key_prefix: The prefix of every key.
+            force: Overwrite existing keys.
+        """
+        self._require_open()
+        source = stream_io.RemoteStreamFile(self._source_uri, self._source_values)
+        try:
+            def read(offset: int, length: int) -> bytes:
+                source.seek(offset)
+                data = source.read(length)
+                if len(data) != length:
+                    raise ValueError(f"Short read at {offset}: {len(data)} of {length} bytes")
+                return data
+
+            pipe = redis_client.pipeline(transaction=False)
+            pending = 0
+            pipe.set(f"{key_prefix}:header:0", read(0, self._tensors_begin))
+            for e in self._entries:
+                name = _tensor_path.encode_path(e.path).decode("utf-8")
+                header_key = f"{key_prefix}:{name}:{e.offset}"
+                if not force and redis_client.exists(header_key):
+                    continue
+                pipe.set(header_key, read(e.offset, e.data_offset - e.offset))
+                if e.data_length:
+                    pipe.set(f"{key_prefix}:{name}:{e.data_offset}", read(e.data_offset, e.data_length))
+                pending += e.data_length
+                if pending >= 256 << 20:  # bound the memory held by the pipeline
+                    pipe.execute()
+                    pending = 0
+            pipe.execute()
+        finally:
+            source.close()
 
 
 def _safe_call(obj, name: str) -> bool:

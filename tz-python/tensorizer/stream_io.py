@@ -58,14 +58,19 @@ def local_path(path_uri: Union[str, bytes, os.PathLike]) -> Optional[str]:
     return path_uri
 
 
+# Schemes libtensorizer reads natively.
+_NATIVE_REMOTE_SCHEMES = ("http", "https", "redis")
+
+
 def http_url(path_uri: Union[str, bytes, os.PathLike]) -> Optional[str]:
-    """`path_uri` itself if it is an http:// or https:// URL, else None."""
+    """`path_uri` itself if it is a URL libtensorizer reads natively
+    (http://, https://, redis://), else None."""
     if isinstance(path_uri, os.PathLike):
         return None
     if isinstance(path_uri, bytes):
         path_uri = os.fsdecode(path_uri)
     scheme, _ = _split_scheme(path_uri)
-    return path_uri if scheme in ("http", "https") else None
+    return path_uri if scheme in _NATIVE_REMOTE_SCHEMES else None
 
 
 class CAInfo:
@@ -281,7 +286,8 @@ def open_stream(
         if url is not None:
             if any(map(normalized_mode.__contains__, "wax+")):
                 raise ValueError(
-                    f"Cannot open {url.split('?')[0]!r} for writing: http(s) streams are read-only"
+                    f"Cannot open {url.split('?')[0].split('@')[-1]!r} for writing:"
+                    " http(s) and redis streams are read-only (use to_redis to write Redis)"
                 )
             raw = RemoteStreamFile(url, http_options(url, certificate_handling), begin, end)
             if buffer_size == 0:

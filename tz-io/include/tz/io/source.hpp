@@ -23,6 +23,9 @@ class Source {
   virtual std::string describe() const = 0;
   // Preferred size of one read request, and how many may usefully run at once.
   virtual size_t preferred_block() const { return size_t(8) << 20; }
+  // True if parts of the object may be missing (reads of them fail with
+  // Errc::truncated), so size() does not bound the offsets a file names.
+  virtual bool sparse() const { return false; }
 };
 
 class Sink {
