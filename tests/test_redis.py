@@ -120,7 +120,7 @@ def test_auth_and_database(tmp_path):
             t.to_redis(server.client(db=2), "p")
         with TensorDeserializer(server.uri("p", db=2, password="s3cret-pw")) as t:
             assert torch.equal(t["x"], torch.arange(5))
-        with pytest.raises(Exception) as ei:
+        with pytest.raises(OSError, match="authentication failed") as ei:
             TensorDeserializer(server.uri("p", db=2, password="wrong-pw"))
         assert "wrong-pw" not in str(ei.value) and "s3cret" not in str(ei.value)
         with pytest.raises(FileNotFoundError):

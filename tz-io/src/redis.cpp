@@ -134,7 +134,7 @@ redisContext* RedisSource::connect() const {
       const std::string why = r ? std::string(r->str, r->len) : std::string(c->errstr);
       redisFree(c);
       // Never echo the password: name the step only.
-      fail(args[0] == "AUTH" ? Errc::crypto : Errc::io,
+      fail(Errc::io,
            (args[0] == "AUTH" ? "Redis authentication failed for " : "Redis " + args[0] + " failed for ") +
                describe() + ": " + why);
     }
