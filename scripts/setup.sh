@@ -34,4 +34,4 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install -q torch==2.13.0
 fi
-.venv/bin/pip install -q "numpy" "cffi>=1.15" "pytest" "psutil" "redis"
+.venv/bin/pip install -q "numpy" "cffi>=1.15" "pytest" "psutil" "redis" "moto[server]"

@@ -267,3 +267,55 @@ class RedisServer:
 
     def __exit__(self, *exc) -> None:
         _stop(self.proc)
+
+
+class MotoS3:
+    """moto's S3 server (moto_server from the .venv) on a free loopback port."""
+
+    def __init__(self, enforce_auth: bool = False):
+        self.port = free_port()
+        self.proc: Optional[subprocess.Popen] = None
+        # moto checks signatures against its IAM users once its first
+        # (unauthenticated) actions are used up: see `make_user`.
+        self.enforce_auth = enforce_auth
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def make_user(self) -> tuple:
+        """With enforce_auth: an IAM user allowed everything; returns (key id, secret)."""
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint, aws_access_key_id="x",
+                           aws_secret_access_key="x", region_name="us-east-1")
+        iam.create_user(UserName="tz")
+        iam.put_user_policy(UserName="tz", PolicyName="all", PolicyDocument=(
+            '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"*","Resource":"*"}]}'))
+        key = iam.create_access_key(UserName="tz")["AccessKey"]
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
+    def __enter__(self) -> "MotoS3":
+        import sys
+
+        exe = Path(sys.executable).with_name("moto_server")
+        env = dict(os.environ)
+        if self.enforce_auth:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
+        self.proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            _wait_port(self.port, timeout=30)
+        except Exception:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def client(self, access_key: str = "testing", secret_key: str = "testing"):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=access_key,
+                            aws_secret_access_key=secret_key, region_name="us-east-1")
+
+    def __exit__(self, *exc) -> None:
+        _stop(self.proc)

@@ -77,6 +77,7 @@ bool parse_bool(const std::string& key, const std::string& v) {
 
 // Applies a remote-source option; false if `k` is not one.
 bool apply_http_option(const std::shared_ptr<tz::io::HttpOptions>& http, const std::string& k, const std::string& v) {
+  if (k.rfind("s3_", 0) == 0) return false;
   if (k == "tls_verify") http->verify_tls = parse_bool(k, v);
   else if (k == "ca_file") http->ca_file = v;
   else if (k == "ca_dir") http->ca_dir = v;
@@ -94,6 +95,20 @@ bool apply_http_option(const std::shared_ptr<tz::io::HttpOptions>& http, const s
   else if (k == "http_backoff_ms") http->backoff_ms = unsigned(parse_u64(k, v, 1, 3600000));
   else if (k == "http_connect_timeout_ms") http->connect_timeout_ms = unsigned(parse_u64(k, v, 1, 3600000));
   else if (k == "http_stall_timeout_ms") http->stall_timeout_ms = unsigned(parse_u64(k, v, 1, 3600000));
+  else return false;
+  return true;
+}
+
+// Applies an S3 option; false if `k` is not one.
+bool apply_s3_option(const std::shared_ptr<tz::io::S3Options>& s3, const std::string& k, const std::string& v) {
+  if (k == "s3_access_key_id") s3->access_key_id = v;
+  else if (k == "s3_secret_access_key") s3->secret_access_key = v;
+  else if (k == "s3_session_token") s3->session_token = v;
+  else if (k == "s3_endpoint") s3->endpoint = v;
+  else if (k == "s3_region") s3->region = v;
+  else if (k == "s3_config_path") s3->config_path = v;
+  else if (k == "s3_force_http") s3->force_http = parse_bool(k, v);
+  else if (k == "s3_addressing") s3->addressing = v;
   else return false;
   return true;
 }
@@ -165,8 +180,10 @@ int tz_options_set(tz_options* opts, const char* key, const char* value) {
     else if (k == "verify_hash" || k == "direct_io" || k == "huge_pages") parse_bool(k, v);
     else if (k == "crypt_chunk_size") parse_u64(k, v, 1024, uint64_t(1) << 40);
     else if (k == "tls_verify") parse_bool(k, v);
-    else if (k == "ca_file" || k == "ca_dir" || k == "http_headers") {
-    } else if (k == "http_max_attempts") parse_u64(k, v, 1, 1000);
+    else if (k == "ca_file" || k == "ca_dir" || k == "http_headers" || k == "s3_access_key_id" ||
+             k == "s3_secret_access_key" || k == "s3_session_token" || k == "s3_endpoint" || k == "s3_region" ||
+             k == "s3_config_path" || k == "s3_addressing") {
+    } else if (k == "s3_force_http") parse_bool(k, v); else if (k == "http_max_attempts") parse_u64(k, v, 1, 1000);
     else if (k == "http_backoff_ms" || k == "http_connect_timeout_ms" || k == "http_stall_timeout_ms")
       parse_u64(k, v, 1, 3600000);
     else if (k == "kdf_max_opslimit") parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
@@ -241,14 +258,16 @@ int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
     require(uri != nullptr, "uri is NULL");
     tz::core::ReaderOptions o;
     auto http = std::make_shared<tz::io::HttpOptions>();
+    auto s3 = std::make_shared<tz::io::S3Options>();
     o.http = http;
+    o.s3 = s3;
     if (opts) {
       for (const auto& [k, v] : opts->values) {
         if (k == "num_threads") o.num_threads = parse_threads(v);
         else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
         else if (k == "direct_io") o.direct_io = parse_bool(k, v);
         else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
-        else if (apply_http_option(http, k, v)) continue;
+        else if (apply_http_option(http, k, v) || apply_s3_option(s3, k, v)) continue;
         else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
         else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
         else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to readers");
@@ -365,11 +384,14 @@ int tz_source_open(tz_source** out, const char* uri, const tz_options* opts) {
     require(uri != nullptr, "uri is NULL");
     tz::io::SourceOptions so;
     auto http = std::make_shared<tz::io::HttpOptions>();
+    auto s3 = std::make_shared<tz::io::S3Options>();
     so.http = http;
+    so.s3 = s3;
     if (opts) {
       for (const auto& [k, v] : opts->values) {
         if (k == "direct_io") so.direct_io = parse_bool(k, v);
-        else if (!apply_http_option(http, k, v)) tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to sources");
+        else if (!apply_http_option(http, k, v) && !apply_s3_option(s3, k, v))
+          tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to sources");
       }
     }
     auto s = std::make_unique<tz_source>();

@@ -59,6 +59,7 @@ std::unique_ptr<Reader> Reader::open(const std::string& uri, const ReaderOptions
   io::SourceOptions so;
   so.direct_io = options.direct_io;
   so.http = options.http;
+  so.s3 = options.s3;
   return std::make_unique<Reader>(io::open_source(uri, so), options);
 }
 

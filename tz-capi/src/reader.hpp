@@ -13,6 +13,7 @@
 #include "tz/format/container.hpp"
 #include "tz/format/crypt_info.hpp"
 #include "tz/io/http.hpp"
+#include "tz/io/s3.hpp"
 #include "tz/io/source.hpp"
 
 namespace tz::core {
@@ -23,7 +24,8 @@ struct ReaderOptions {
   bool direct_io = false;
   bool huge_pages = false;  // advise transparent huge pages for destinations
   std::shared_ptr<const crypto::KeyMaterial> key;  // decryption requested when set
-  std::shared_ptr<const io::HttpOptions> http;     // for http(s):// sources
+  std::shared_ptr<const io::HttpOptions> http;     // for http(s):// and s3:// sources
+  std::shared_ptr<const io::S3Options> s3;         // for s3:// sources
   crypto::KeyResolver::Limits kdf_limits;
 };
 

@@ -13,6 +13,7 @@
 #include "tz/format/error.hpp"
 #include "tz/io/http.hpp"
 #include "tz/io/redis.hpp"
+#include "tz/io/s3.hpp"
 
 namespace tz::io {
 namespace {
@@ -173,6 +174,9 @@ std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions&
   for (auto& ch : scheme) ch = char(std::tolower(static_cast<unsigned char>(ch)));
   if (uri.find("://") != std::string::npos && (scheme == "http" || scheme == "https")) {
     return std::make_unique<HttpSource>(uri, options.http ? *options.http : HttpOptions{});
+  }
+  if (uri.find("://") != std::string::npos && scheme == "s3") {
+    return open_s3_source(uri, options.s3 ? *options.s3 : S3Options{}, options.http ? *options.http : HttpOptions{});
   }
   if (uri.find("://") != std::string::npos && scheme == "redis") {
     return std::make_unique<RedisSource>(uri, options.http ? options.http->connect_timeout_ms : 10000);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -212,6 +213,26 @@ HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, uint8_t* dst
   t.expect_start = offset;
   const std::string range = std::to_string(offset) + "-" + std::to_string(offset + len - 1);
   curl_easy_setopt(h->curl, CURLOPT_RANGE, range.c_str());
+  // Signed requests get their headers afresh each time.
+  struct SlistDeleter {
+    void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+  };
+  std::unique_ptr<curl_slist, SlistDeleter> request_headers;
+  if (options_.sign) {
+    curl_slist* list = nullptr;
+    std::vector<std::string> lines = options_.headers;
+    for (auto& line : options_.sign()) lines.push_back(std::move(line));
+    for (const auto& line : lines) {
+      curl_slist* next = curl_slist_append(list, line.c_str());
+      if (!next) {
+        curl_slist_free_all(list);
+        throw std::bad_alloc();
+      }
+      list = next;
+    }
+    request_headers.reset(list);
+    curl_easy_setopt(h->curl, CURLOPT_HTTPHEADER, list);
+  }
   curl_easy_setopt(h->curl, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &t);
   h->errbuf[0] = '\0';

@@ -31,7 +31,9 @@ TEST_CASE("sink then source round trip, positional and concurrent-safe") {
     CHECK_THROWS_AS(sink->write_at(0, data.data(), 1), tz::Error);
   }
   for (bool direct : {false, true}) {
-    auto src = open_source("file://" + p, SourceOptions{direct, nullptr});
+    SourceOptions options;
+    options.direct_io = direct;
+    auto src = open_source("file://" + p, options);
     REQUIRE(src->size() == data.size());
     std::vector<uint8_t> out(data.size());
     src->read_at(0, out.data(), out.size());

@@ -59,12 +59,12 @@ def local_path(path_uri: Union[str, bytes, os.PathLike]) -> Optional[str]:
 
 
 # Schemes libtensorizer reads natively.
-_NATIVE_REMOTE_SCHEMES = ("http", "https", "redis")
+_NATIVE_REMOTE_SCHEMES = ("http", "https", "redis", "s3")
 
 
 def http_url(path_uri: Union[str, bytes, os.PathLike]) -> Optional[str]:
     """`path_uri` itself if it is a URL libtensorizer reads natively
-    (http://, https://, redis://), else None."""
+    (http://, https://, redis://, s3://), else None."""
     if isinstance(path_uri, os.PathLike):
         return None
     if isinstance(path_uri, bytes):
@@ -130,6 +130,32 @@ def http_options(url: str, certificate_handling: Optional[CAInfo] = None) -> dic
     ca_dir = os.environ.get("SSL_CERT_DIR")
     if ca_dir:
         values["ca_dir"] = ca_dir
+    return values
+
+
+def s3_options(
+    access_key_id: Optional[str] = None,
+    secret_access_key: Optional[str] = None,
+    endpoint: Optional[str] = None,
+    config_path: Optional[Union[str, bytes, os.PathLike]] = None,
+    force_http: Optional[bool] = None,
+    region: Optional[str] = None,
+) -> dict:
+    """libtensorizer options for an s3:// URI; what is left out is resolved
+    natively (s3cmd config, AWS environment and files, as upstream)."""
+    values = {}
+    if access_key_id is not None:
+        values["s3_access_key_id"] = access_key_id
+    if secret_access_key is not None:
+        values["s3_secret_access_key"] = secret_access_key
+    if endpoint is not None:
+        values["s3_endpoint"] = endpoint
+    if config_path is not None:
+        values["s3_config_path"] = os.fsdecode(os.fspath(config_path))
+    if force_http is not None:
+        values["s3_force_http"] = "1" if force_http else "0"
+    if region is not None:
+        values["s3_region"] = region
     return values
 
 
@@ -285,11 +311,25 @@ def open_stream(
         url = http_url(path_uri)
         if url is not None:
             if any(map(normalized_mode.__contains__, "wax+")):
+                if url.lower().startswith("s3://"):
+                    raise ValueError("Writing to S3 is not supported by this build yet")
                 raise ValueError(
                     f"Cannot open {url.split('?')[0].split('@')[-1]!r} for writing:"
                     " http(s) and redis streams are read-only (use to_redis to write Redis)"
                 )
-            raw = RemoteStreamFile(url, http_options(url, certificate_handling), begin, end)
+            options = http_options(url, certificate_handling)
+            if url.lower().startswith("s3://"):
+                options.update(
+                    s3_options(
+                        s3_access_key_id,
+                        s3_secret_access_key,
+                        s3_endpoint,
+                        s3_config_path,
+                        force_http,
+                        s3_region_name,
+                    )
+                )
+            raw = RemoteStreamFile(url, options, begin, end)
             if buffer_size == 0:
                 return typing.cast(typing.BinaryIO, raw)
             return typing.cast(

@@ -453,7 +453,7 @@ def test_deserializer_argument_checks(tmp_path):
         d = TensorDeserializer(p)
         assert d["a"].device.type == "cpu"
     with pytest.raises(ValueError, match="not supported by this build yet"):
-        TensorDeserializer("s3://bucket/key")
+        TensorSerializer("s3://bucket/key")
     d = TensorDeserializer(p, device="cpu", num_readers=8)
     assert d.total_file_bytes == 8
     assert d.total_tensor_bytes == 8

@@ -5,6 +5,7 @@
 // mid-body, stalls, timeouts, 5xx, 408, 429) are retried with backoff,
 // resuming from the first byte not yet received; other 4xx fail at once.
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ struct HttpOptions {
   unsigned connect_timeout_ms = 10000;
   unsigned stall_timeout_ms = 20000;  // no byte for this long: retry
   unsigned backoff_ms = 100;          // first retry delay; doubles, capped at 3 s
+  // Per-request headers (e.g. an S3 signature, which carries the time).
+  std::function<std::vector<std::string>()> sign;
 };
 
 // The URL as it may appear in messages: without user info and query string

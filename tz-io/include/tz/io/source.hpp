@@ -43,13 +43,16 @@ class Sink {
 };
 
 struct HttpOptions;
+struct S3Options;
 
 struct SourceOptions {
   bool direct_io = false;
   std::shared_ptr<const HttpOptions> http;  // NULL: defaults
+  std::shared_ptr<const S3Options> s3;      // NULL: resolve everything
 };
 
-// Opens a source by URI: a local path, a file:// URI, or http(s)://.
+// Opens a source by URI: a local path, a file:// URI, http(s)://, redis://
+// or s3://.
 std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options = {});
 // Creates (truncating) a sink by URI: a local path or a file:// URI.
 std::unique_ptr<Sink> open_sink(const std::string& uri);

@@ -1,0 +1,122 @@
+"""Reading s3:// objects from moto's S3 server on loopback: SigV4-signed
+ranged GETs, several readers, credentials from each source of the
+resolution order, and clear errors."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import servers
+from tensorizer import TensorDeserializer, TensorSerializer, stream_io
+
+pytestmark = [
+    pytest.mark.ours_only,  # upstream reads S3 through boto3 presigned URLs and the curl tool
+    pytest.mark.skipif(importlib.util.find_spec("moto") is None, reason="moto is not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    with servers.MotoS3() as server:
+        root = tmp_path_factory.mktemp("s3src")
+        sd = {"big": torch.randn(3 * 1024 * 1024 + 1), "name with space": torch.arange(10)}
+        path = root / "m.tensors"
+        with TensorSerializer(path) as s:
+            s.write_state_dict(sd)
+        client = server.client()
+        client.create_bucket(Bucket="bucket")
+        client.upload_file(str(path), "bucket", "dir/model v1.tensors")
+        yield {"server": server, "sd": sd, "uri": "s3://bucket/dir/model v1.tensors"}
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+                "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.s3cfg or ~/.aws
+    return monkeypatch
+
+
+def _check(t, sd):
+    assert set(t.keys()) == set(sd)
+    for k, v in sd.items():
+        assert torch.equal(t[k], v), k
+
+
+@pytest.mark.parametrize("num_readers", [1, 4])
+def test_read_with_environment_credentials(s3, clean_env, num_readers):
+    clean_env.setenv("AWS_ACCESS_KEY_ID", "testing")
+    clean_env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    clean_env.setenv("AWS_ENDPOINT_URL", s3["server"].endpoint)  # plain http allowed from the env
+    with TensorDeserializer(s3["uri"], num_readers=num_readers, verify_hash=True) as t:
+        _check(t, s3["sd"])
+
+
+def test_open_stream_with_explicit_arguments(s3, clean_env):
+    with stream_io.open_stream(s3["uri"], "rb", s3_access_key_id="testing", s3_secret_access_key="testing",
+                               s3_endpoint=s3["server"].endpoint, force_http=True) as f:
+        assert f.read(5) == b"|TZR|"
+        f.seek(0)
+        with TensorDeserializer(f) as t:
+            _check(t, s3["sd"])
+    # An explicit http:// endpoint needs force_http, as upstream.
+    with pytest.raises(ValueError, match="Non-HTTPS"):
+        stream_io.open_stream(s3["uri"], s3_access_key_id="a", s3_secret_access_key="b",
+                              s3_endpoint=s3["server"].endpoint)
+
+
+def test_s3cfg_credentials_and_endpoint(s3, clean_env, tmp_path):
+    host = s3["server"].endpoint.split("://")[1]
+    (tmp_path / ".s3cfg").write_text(f"[default]\naccess_key = testing\nsecret_key = testing\n"
+                                     f"host_base = {host}\nuse_https = False\n")
+    with TensorDeserializer(s3["uri"]) as t:
+        _check(t, s3["sd"])
+
+
+def test_shared_credentials_file_and_config_endpoint(s3, clean_env, tmp_path):
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "credentials").write_text("[default]\naws_access_key_id = testing\n"
+                                                   "aws_secret_access_key = testing\n")
+    (tmp_path / ".aws" / "config").write_text(f"[default]\nregion = us-east-1\n"
+                                              f"endpoint_url = {s3['server'].endpoint}\n")
+    with TensorDeserializer(s3["uri"]) as t:
+        _check(t, s3["sd"])
+
+
+def test_missing_object_and_bucket(s3, clean_env):
+    clean_env.setenv("AWS_ACCESS_KEY_ID", "testing")
+    clean_env.setenv("AWS_SECRET_ACCESS_KEY", "topsecret-value")
+    clean_env.setenv("AWS_ENDPOINT_URL", s3["server"].endpoint)
+    with pytest.raises(FileNotFoundError, match="404") as ei:
+        TensorDeserializer("s3://bucket/nope.tensors")
+    assert "topsecret" not in str(ei.value)
+    with pytest.raises(FileNotFoundError):
+        TensorDeserializer("s3://no-such-bucket/x.tensors")
+
+
+def test_signatures_are_checked_and_a_wrong_secret_is_a_clear_error(clean_env, tmp_path):
+    with servers.MotoS3(enforce_auth=True) as server:
+        key_id, secret = server.make_user()
+        client = server.client(key_id, secret)
+        client.create_bucket(Bucket="private")
+        path = tmp_path / "p.tensors"
+        with TensorSerializer(path) as s:
+            s.write_state_dict({"w": torch.arange(1000)})
+        client.upload_file(str(path), "private", "p.tensors")
+        common = dict(s3_endpoint=server.endpoint, force_http=True)
+        with stream_io.open_stream("s3://private/p.tensors", s3_access_key_id=key_id,
+                                   s3_secret_access_key=secret, **common) as f:
+            with TensorDeserializer(f, verify_hash=True) as t:
+                assert torch.equal(t["w"], torch.arange(1000))
+        with pytest.raises(OSError, match="403") as ei:
+            stream_io.open_stream("s3://private/p.tensors", s3_access_key_id=key_id,
+                                  s3_secret_access_key="wrong-secret-value", **common)
+        assert "wrong-secret-value" not in str(ei.value) and secret not in str(ei.value)
+        # Anonymous access to a private bucket is refused too.
+        with pytest.raises(OSError, match="403"):
+            stream_io.open_stream("s3://private/p.tensors", s3_config_path=str(tmp_path / "none"), **common)
