@@ -109,6 +109,7 @@ bool apply_s3_option(const std::shared_ptr<tz::io::S3Options>& s3, const std::st
   else if (k == "s3_config_path") s3->config_path = v;
   else if (k == "s3_force_http") s3->force_http = parse_bool(k, v);
   else if (k == "s3_addressing") s3->addressing = v;
+  else if (k == "s3_part_size") s3->part_size = parse_u64(k, v, uint64_t(5) << 20, uint64_t(5) << 30);
   else return false;
   return true;
 }
@@ -183,7 +184,8 @@ int tz_options_set(tz_options* opts, const char* key, const char* value) {
     else if (k == "ca_file" || k == "ca_dir" || k == "http_headers" || k == "s3_access_key_id" ||
              k == "s3_secret_access_key" || k == "s3_session_token" || k == "s3_endpoint" || k == "s3_region" ||
              k == "s3_config_path" || k == "s3_addressing") {
-    } else if (k == "s3_force_http") parse_bool(k, v); else if (k == "http_max_attempts") parse_u64(k, v, 1, 1000);
+    } else if (k == "s3_force_http") parse_bool(k, v);
+    else if (k == "s3_part_size") parse_u64(k, v, uint64_t(5) << 20, uint64_t(5) << 30); else if (k == "http_max_attempts") parse_u64(k, v, 1, 1000);
     else if (k == "http_backoff_ms" || k == "http_connect_timeout_ms" || k == "http_stall_timeout_ms")
       parse_u64(k, v, 1, 3600000);
     else if (k == "kdf_max_opslimit") parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
@@ -428,10 +430,15 @@ int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::WriterOptions o;
+    auto http = std::make_shared<tz::io::HttpOptions>();
+    auto s3 = std::make_shared<tz::io::S3Options>();
+    o.sink.http = http;
+    o.sink.s3 = s3;
     if (opts) {
       for (const auto& [k, v] : opts->values) {
         if (k == "num_threads") o.num_threads = parse_threads(v);
         else if (k == "crypt_chunk_size") o.crypt_chunk_size = parse_u64(k, v, 1024, uint64_t(1) << 40);
+        else if (apply_http_option(http, k, v) || apply_s3_option(s3, k, v)) continue;
         else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to writers");
       }
       o.key = opts->key;

@@ -65,7 +65,7 @@ void check_options(const WriterOptions& options) {
 
 std::unique_ptr<Writer> Writer::open(const std::string& uri, const WriterOptions& options) {
   check_options(options);
-  return std::make_unique<Writer>(io::open_sink(uri), options);
+  return std::make_unique<Writer>(io::open_sink(uri, options.sink), options);
 }
 
 Writer::Writer(std::unique_ptr<io::Sink> sink, const WriterOptions& options)
@@ -81,6 +81,7 @@ Writer::Writer(std::unique_ptr<io::Sink> sink, const WriterOptions& options)
   pos_ = kMetadataOffset + header_.metadata_length;
   // The reserve stays a hole until written: it reads as zeros, as upstream writes it.
   sink_->truncate(pos_);
+  sink_->set_rewritable_prefix(pos_);
   write_file_header();
 }
 
@@ -187,6 +188,7 @@ void Writer::write(const TensorInput* tensors, size_t count, unsigned threads) {
       // Nothing written yet: grow the reserve to fit this call (readers honour any length).
       header_.metadata_length = (index_bytes + 4095) / 4096 * 4096;
       pos_ = kMetadataOffset + header_.metadata_length;
+      sink_->set_rewritable_prefix(pos_);
     }
     uint64_t at = pos_;
     uint64_t data_total = 0;
@@ -279,7 +281,7 @@ void Writer::write(const TensorInput* tensors, size_t count, unsigned threads) {
     const uint64_t index_at = kMetadataOffset + (retag ? 0 : metadata_used_);
     sink_->write_at(index_at, index.data(), index.size());
     const uint8_t end_marker[8] = {0};
-    sink_->write_at(at, end_marker, 8);
+    sink_->write_marker(at, end_marker, 8);
 
     for (auto& p : plan) entries_.push_back(std::move(p.entry));
     metadata_used_ = index_bytes;
@@ -317,12 +319,14 @@ void Writer::close() {
   if (!broken_) {
     const uint64_t end = pos_ + 8;
     const uint8_t end_marker[8] = {0};
-    sink_->write_at(pos_, end_marker, 8);
+    sink_->write_marker(pos_, end_marker, 8);
     write_file_header();
     // Trim any preallocation past the end marker.
     sink_->truncate(end);
+    sink_->close();
+  } else {
+    sink_->abort();
   }
-  sink_->close();
 }
 
 }  // namespace tz::core

@@ -19,6 +19,7 @@ struct WriterOptions {
   unsigned num_threads = 0;  // 0: default_threads()
   std::shared_ptr<const crypto::KeyMaterial> key;  // encrypt every tensor with data when set
   uint64_t crypt_chunk_size = format::kCryptChunkSize;
+  io::SourceOptions sink;  // remote destinations (s3://)
 };
 
 struct TensorInput {

@@ -189,7 +189,10 @@ std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions&
   return std::make_unique<FileSource>(strip_file_scheme(uri), options.direct_io);
 }
 
-std::unique_ptr<Sink> open_sink(const std::string& uri) {
+std::unique_ptr<Sink> open_sink(const std::string& uri, const SourceOptions& options) {
+  if (uri.rfind("s3://", 0) == 0) {
+    return open_s3_sink(uri, options.s3 ? *options.s3 : S3Options{}, options.http ? *options.http : HttpOptions{});
+  }
   const auto scheme_end = uri.find("://");
   if (scheme_end != std::string::npos && uri.rfind("file://", 0) != 0) {
     fail(Errc::unsupported, "Unsupported URI scheme in '" + uri.substr(0, scheme_end + 3) +

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "curl_options.hpp"
 #include "tz/format/error.hpp"
 
 namespace tz::io {
@@ -184,16 +185,8 @@ HttpSource::Handle* HttpSource::acquire() {
   curl_easy_setopt(c, CURLOPT_URL, url_.c_str());
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 10L);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, long(options_.connect_timeout_ms));
-  // A stall (under 1 byte/s for this long) ends the attempt; it is then resumed.
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, long(options_.stall_timeout_ms / 1000)));
-  curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, options_.verify_tls ? 1L : 0L);
-  curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, options_.verify_tls ? 2L : 0L);
-  if (!options_.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options_.ca_file.c_str());
-  if (!options_.ca_dir.empty()) curl_easy_setopt(c, CURLOPT_CAPATH, options_.ca_dir.c_str());
+  apply_connection_options(c, options_);
   if (headers_) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers_);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);

@@ -1,10 +1,19 @@
 #include "tz/io/s3.hpp"
 
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <iterator>
 #include <sstream>
 
+#include "curl_options.hpp"
 #include "tz/format/error.hpp"
 
 namespace tz::io {
@@ -211,6 +220,275 @@ std::unique_ptr<Source> open_s3_source(const std::string& uri, const S3Options& 
     };
   }
   return std::make_unique<HttpSource>(target.url, signed_http);
+}
+
+}  // namespace tz::io
+
+// ---- Multipart upload sink ---------------------------------------------------
+
+namespace tz::io {
+
+namespace {
+
+struct Response {
+  long status = 0;
+  std::string body;
+  std::string etag;
+};
+
+size_t collect_body(char* data, size_t size, size_t n, void* user) {
+  static_cast<std::string*>(user)->append(data, size * n);
+  return size * n;
+}
+
+size_t collect_etag(char* data, size_t size, size_t n, void* user) {
+  const size_t len = size * n;
+  std::string line(data, len);
+  if (line.size() > 5 && (line.compare(0, 5, "ETag:") == 0 || line.compare(0, 5, "etag:") == 0)) {
+    *static_cast<std::string*>(user) = trim(line.substr(5));
+  }
+  return len;
+}
+
+std::string xml_value(const std::string& xml, const std::string& tag) {
+  const auto a = xml.find("<" + tag + ">");
+  if (a == std::string::npos) return "";
+  const auto start = a + tag.size() + 2;
+  const auto b = xml.find("</" + tag + ">", start);
+  return b == std::string::npos ? "" : xml.substr(start, b - start);
+}
+
+class S3Sink final : public Sink {
+ public:
+  S3Sink(S3Target target, const HttpOptions& http, uint64_t part_size)
+      : t_(std::move(target)), http_(http), part_size_(part_size) {
+    if (part_size_ < (uint64_t(5) << 20)) fail(Errc::invalid_arg, "S3 part size must be at least 5 MiB");
+    const Response r = call("POST", "uploads=", "");
+    upload_id_ = xml_value(r.body, "UploadId");
+    if (upload_id_.empty()) fail(Errc::io, "S3 did not start a multipart upload for " + describe());
+  }
+
+  ~S3Sink() override {
+    if (!done_) {
+      try {
+        abort();
+      } catch (...) {
+      }
+    }
+  }
+
+  std::string describe() const override { return "s3://" + t_.bucket + "/" + t_.key; }
+
+  void set_rewritable_prefix(uint64_t end) override {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!parts_.empty() || !etags_.empty()) {
+      if (end > head_size_) fail(Errc::state, "The S3 head part cannot grow after data parts were written");
+    }
+    head_size_ = std::max(head_size_, (std::max(end, part_size_) + part_size_ - 1) / part_size_ * part_size_);
+  }
+
+  void write_at(uint64_t offset, const void* src, size_t len) override { put(offset, src, len, true); }
+
+  void write_marker(uint64_t offset, const void* src, size_t len) override {
+    // Not counted towards completing a part: the next write call overwrites it.
+    std::lock_guard<std::mutex> lock(m_);
+    marker_offset_ = offset;
+    marker_.assign(static_cast<const uint8_t*>(src), static_cast<const uint8_t*>(src) + len);
+  }
+
+  void reserve(uint64_t) override {}
+  void truncate(uint64_t size) override {
+    std::lock_guard<std::mutex> lock(m_);
+    size_ = size;
+  }
+
+  void close() override {
+    if (done_) return;
+    try {
+      if (!marker_.empty()) put(marker_offset_, marker_.data(), marker_.size(), false);
+      // The remaining parts (holes read as zeros), then the head, then complete.
+      std::vector<uint64_t> pending;
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        for (const auto& [k, part] : parts_) pending.push_back(k);
+      }
+      for (uint64_t k : pending) {
+        std::vector<uint8_t> data;
+        {
+          std::lock_guard<std::mutex> lock(m_);
+          data = std::move(parts_[k].data);
+          parts_.erase(k);
+        }
+        const uint64_t start = head_size_ + (k - 2) * part_size_;
+        if (start >= size_) continue;
+        data.resize(size_t(std::min<uint64_t>(data.size(), size_ - start)));
+        upload(k, data);
+      }
+      head_.resize(size_t(std::min(head_size_, size_)));
+      upload(1, head_);
+      std::string xml = "<CompleteMultipartUpload>";
+      for (const auto& [k, etag] : etags_) {
+        xml += "<Part><PartNumber>" + std::to_string(k) + "</PartNumber><ETag>" + etag + "</ETag></Part>";
+      }
+      xml += "</CompleteMultipartUpload>";
+      const Response r = call("POST", "uploadId=" + uri_encode(upload_id_, false), xml);
+      if (r.body.find("<Error>") != std::string::npos) {
+        fail(Errc::io, "S3 could not complete the upload of " + describe() + ": " + xml_value(r.body, "Message"));
+      }
+      done_ = true;
+    } catch (...) {
+      try {
+        abort();
+      } catch (...) {
+      }
+      throw;
+    }
+  }
+
+  void abort() override {
+    if (done_) return;
+    done_ = true;
+    call("DELETE", "uploadId=" + uri_encode(upload_id_, false), "");
+  }
+
+ private:
+  // Copies bytes into the head or into part buffers; uploads a part once full.
+  void put(uint64_t offset, const void* src, size_t len, bool counted) {
+    auto* p = static_cast<const uint8_t*>(src);
+    while (len > 0) {
+      std::vector<uint8_t> ready;
+      uint64_t ready_part = 0;
+      size_t n;
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        if (head_size_ == 0) head_size_ = part_size_;
+        if (offset < head_size_) {
+          n = size_t(std::min<uint64_t>(len, head_size_ - offset));
+          if (head_.size() < offset + n) head_.resize(size_t(offset + n), 0);
+          std::memcpy(head_.data() + offset, p, n);
+        } else {
+          const uint64_t k = 2 + (offset - head_size_) / part_size_;
+          const uint64_t start = head_size_ + (k - 2) * part_size_;
+          n = size_t(std::min<uint64_t>(len, start + part_size_ - offset));
+          if (etags_.count(int(k))) {
+            fail(Errc::state, "Part " + std::to_string(k) + " of " + describe() + " was already uploaded");
+          }
+          Part& part = parts_[k];
+          if (part.data.empty()) part.data.assign(size_t(part_size_), 0);
+          std::memcpy(part.data.data() + (offset - start), p, n);
+          if (counted) part.filled += n;
+          if (part.filled == part_size_) {
+            ready = std::move(part.data);
+            ready_part = k;
+            parts_.erase(k);
+          }
+        }
+      }
+      if (ready_part) upload(ready_part, ready);  // outside the lock: parts upload in parallel
+      offset += n;
+      p += n;
+      len -= n;
+    }
+  }
+
+  void upload(uint64_t k, const std::vector<uint8_t>& data) {
+    const std::string query = "partNumber=" + std::to_string(k) + "&uploadId=" + uri_encode(upload_id_, false);
+    const Response r = call("PUT", query, std::string(reinterpret_cast<const char*>(data.data()), data.size()));
+    if (r.etag.empty()) fail(Errc::io, "S3 returned no ETag for part " + std::to_string(k) + " of " + describe());
+    std::lock_guard<std::mutex> lock(m_);
+    etags_[int(k)] = r.etag;
+  }
+
+  // One signed request with a body, retried on transient failures.
+  Response call(const std::string& method, const std::string& query, const std::string& body) {
+    unsigned delay = http_.backoff_ms;
+    for (unsigned attempt = 1;; ++attempt) {
+      Response r;
+      CURL* c = curl_easy_init();
+      if (!c) fail(Errc::nomem, "libcurl could not create a handle");
+      struct Cleanup {
+        CURL* c;
+        curl_slist* h = nullptr;
+        ~Cleanup() {
+          curl_slist_free_all(h);
+          curl_easy_cleanup(c);
+        }
+      } cleanup{c};
+      const std::string url = t_.url + "?" + query;
+      curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+      curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+      apply_connection_options(c, http_);
+      if (method != "DELETE") {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.size()));
+      }
+      curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect_body);
+      curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+      curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect_etag);
+      curl_easy_setopt(c, CURLOPT_HEADERDATA, &r.etag);
+      std::vector<std::string> lines = http_.headers;
+      lines.push_back("Expect:");  // no 100-continue round trip
+      // Not curl's default form encoding, which servers may try to parse.
+      lines.push_back(method == "PUT" ? "Content-Type: application/octet-stream" : "Content-Type: application/xml");
+      if (!t_.credentials.anonymous()) {
+        SignedRequest sr;
+        sr.method = method;
+        sr.host = t_.host;
+        sr.canonical_uri = t_.canonical_uri;
+        sr.canonical_query = query;
+        for (auto& h : sigv4_headers(t_.credentials, t_.region, sr, amz_date_now())) lines.push_back(std::move(h));
+      }
+      for (const auto& line : lines) {
+        curl_slist* next = curl_slist_append(cleanup.h, line.c_str());
+        if (!next) throw std::bad_alloc();
+        cleanup.h = next;
+      }
+      curl_easy_setopt(c, CURLOPT_HTTPHEADER, cleanup.h);
+      const CURLcode rc = curl_easy_perform(c);
+      curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+      const bool transient = rc != CURLE_OK || r.status >= 500 || r.status == 429 || r.status == 408;
+      if (!transient && r.status >= 200 && r.status < 300) return r;
+      const std::string where = " (" + method + " " + describe() + ")";
+      if (!transient || attempt >= http_.max_attempts) {
+        const std::string why = rc != CURLE_OK ? std::string(curl_easy_strerror(rc))
+                                               : "HTTP " + std::to_string(r.status) + " " +
+                                                     xml_value(r.body, "Code") + " " + xml_value(r.body, "Message");
+        if (r.status == 404) fail(Errc::not_found, "Not found: " + why + where);
+        if (r.status == 401 || r.status == 403) fail(Errc::io, "Access denied: " + why + where);
+        fail(Errc::io, "S3 request failed: " + why + where);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+      delay = std::min(delay * 2, 3000u);
+    }
+  }
+
+  struct Part {
+    std::vector<uint8_t> data;
+    uint64_t filled = 0;
+  };
+
+  S3Target t_;
+  HttpOptions http_;
+  uint64_t part_size_;
+  std::string upload_id_;
+  std::mutex m_;
+  uint64_t head_size_ = 0;
+  std::vector<uint8_t> head_;
+  std::map<uint64_t, Part> parts_;
+  std::map<int, std::string> etags_;
+  uint64_t size_ = 0;
+  uint64_t marker_offset_ = 0;
+  std::vector<uint8_t> marker_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> open_s3_sink(const std::string& uri, const S3Options& options, const HttpOptions& http) {
+  const char* home = std::getenv("HOME");
+  S3Target target = resolve_s3(
+      uri, options, true, [](const char* name) { return std::getenv(name); }, home ? home : "");
+  return std::make_unique<S3Sink>(std::move(target), http, options.part_size);
 }
 
 }  // namespace tz::io

@@ -1555,6 +1555,11 @@ class TensorSerializer:
             raise
 
     def _open_target(self, file_obj) -> str:
+        if isinstance(file_obj, (str, bytes)):
+            url = stream_io.http_url(file_obj)
+            if url is not None and url.lower().startswith("s3://"):
+                # Streamed into a multipart upload by the native writer.
+                return url
         if isinstance(file_obj, (str, bytes, os.PathLike)):
             path = stream_io.local_path(file_obj)
             if path is None:

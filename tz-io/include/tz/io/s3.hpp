@@ -22,6 +22,7 @@ struct S3Options {
   std::string config_path;  // s3cmd config; empty: ~/.s3cfg
   std::optional<bool> force_http;
   std::string addressing;   // "path", "virtual", or empty (by host)
+  uint64_t part_size = uint64_t(16) << 20;  // multipart uploads (>= 5 MiB)
 };
 
 struct S3Target {
@@ -43,5 +44,12 @@ S3Target resolve_s3(const std::string& uri, const S3Options& options, bool for_w
 
 std::unique_ptr<Source> open_s3_source(const std::string& uri, const S3Options& options,
                                        const HttpOptions& http);
+
+// A multipart upload fed by positional writes: each part is uploaded as soon
+// as all its bytes have arrived, so a save streams without a temporary file;
+// the leading part (file header and metadata index, patched until the end)
+// is uploaded last, at close, which completes the upload. abort() (or a
+// failed close) aborts it, leaving no object.
+std::unique_ptr<Sink> open_s3_sink(const std::string& uri, const S3Options& options, const HttpOptions& http);
 
 }  // namespace tz::io

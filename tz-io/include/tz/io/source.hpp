@@ -40,6 +40,13 @@ class Sink {
   // Flushes and releases the object; further writes fail.
   virtual void close() = 0;
   virtual std::string describe() const = 0;
+  // Bytes below `end` (the file header and metadata index) may be written
+  // again; every other byte is written once, except end markers.
+  virtual void set_rewritable_prefix(uint64_t end) { (void)end; }
+  // Writes an end marker, which the next write call overwrites.
+  virtual void write_marker(uint64_t offset, const void* src, size_t len) { write_at(offset, src, len); }
+  // Gives up after a failed save: a sink that can (S3) leaves no object behind.
+  virtual void abort() { close(); }
 };
 
 struct HttpOptions;
@@ -54,7 +61,8 @@ struct SourceOptions {
 // Opens a source by URI: a local path, a file:// URI, http(s)://, redis://
 // or s3://.
 std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options = {});
-// Creates (truncating) a sink by URI: a local path or a file:// URI.
-std::unique_ptr<Sink> open_sink(const std::string& uri);
+// Creates (truncating) a sink by URI: a local path, a file:// URI, or s3://
+// (a multipart upload, completed on close).
+std::unique_ptr<Sink> open_sink(const std::string& uri, const SourceOptions& options = {});
 
 }  // namespace tz::io
