@@ -128,12 +128,10 @@ def test_faults_are_survived_with_identical_bytes(site, plan):
 
 def _native_load(url, **options):
     """Loads every tensor through the C ABI with reader options; returns bytes per tensor."""
+    from tensorizer.stream_io import _native_options
+
     lib = _native.lib
-    opts_p = ffi.new("tz_options **")
-    _native.check(lib.tz_options_new(opts_p))
-    opts = ffi.gc(opts_p[0], lib.tz_options_free)
-    for k, v in options.items():
-        _native.check(lib.tz_options_set(opts, k.encode(), str(v).encode()))
+    opts = _native_options(options)
     r_p = ffi.new("tz_reader **")
     _native.check(lib.tz_reader_open(r_p, url.encode(), opts))
     reader = ffi.gc(r_p[0], lib.tz_reader_close)

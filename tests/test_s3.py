@@ -172,3 +172,28 @@ def test_a_failed_save_aborts_the_upload_and_leaves_no_object(s3, clean_env):
     assert client.list_objects_v2(Bucket="bucket", Prefix="written/failed").get("KeyCount", 0) == 0
     uploads = client.list_multipart_uploads(Bucket="bucket").get("Uploads", [])
     assert [u for u in uploads if u["Key"] == "written/failed.tensors"] == []
+
+
+def test_open_stream_for_writing(s3, clean_env):
+    _env(clean_env, s3["server"])
+    client = s3["server"].client()
+    args = dict(s3_access_key_id="testing", s3_secret_access_key="testing",
+                s3_endpoint=s3["server"].endpoint, force_http=True)
+    # Raw bytes, as upstream's temp-file stream would upload them at close.
+    payload = bytes(range(256)) * (24 * 1024 * 4)  # 24 MiB: one part goes out while writing
+    with stream_io.open_stream("s3://bucket/raw.bin", "wb", **args) as f:
+        for i in range(0, len(payload), 1 << 20):
+            f.write(payload[i:i + (1 << 20)])
+    assert client.get_object(Bucket="bucket", Key="raw.bin")["Body"].read() == payload
+    # A serializer given the stream writes the URI natively.
+    with stream_io.open_stream("s3://bucket/via-stream.tensors", "wb", **args) as f:
+        with TensorSerializer(f) as s:
+            s.write_state_dict({"x": torch.arange(100)})
+    with TensorDeserializer("s3://bucket/via-stream.tensors") as t:
+        assert torch.equal(t["x"], torch.arange(100))
+    # An exception inside the block aborts: no object.
+    with pytest.raises(RuntimeError):
+        with stream_io.open_stream("s3://bucket/aborted.bin", "wb", **args) as f:
+            f.write(payload)
+            raise RuntimeError("boom")
+    assert client.list_objects_v2(Bucket="bucket", Prefix="aborted").get("KeyCount", 0) == 0

@@ -274,6 +274,21 @@ TZ_API int tz_source_size(uint64_t *out, const tz_source *source);
 TZ_API int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
 TZ_API void tz_source_close(tz_source *source);
 
+/* ---- Raw byte sinks -------------------------------------------------------- */
+
+/* Positional writes to a local file or an s3:// object (a multipart upload:
+ * parts go out as they fill; close completes it). Every byte past the first
+ * part must be written once. Options: the s3_* and TLS keys above, and
+ * "s3_part_size" (bytes, >= 5 MiB; default 16 MiB). Not thread-safe. */
+typedef struct tz_sink tz_sink;
+
+TZ_API int tz_sink_open(tz_sink **out, const char *uri, const tz_options *opts);
+TZ_API int tz_sink_write(tz_sink *sink, uint64_t offset, const void *src, size_t len);
+/* Finishes the object (sets its size to the end of the data written). */
+TZ_API int tz_sink_close(tz_sink *sink);
+/* Frees the handle; a sink not closed is aborted (S3: no object appears). */
+TZ_API void tz_sink_free(tz_sink *sink);
+
 /* ---- Writer --------------------------------------------------------------- */
 
 typedef struct tz_writer tz_writer;

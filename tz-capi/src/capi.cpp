@@ -1,5 +1,6 @@
 // The C boundary: every entry point catches everything, maps it to a pinned
 // status code and leaves a thread-local message for tz_error_last().
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -139,6 +140,30 @@ struct tz_source {
   std::unique_ptr<tz::io::Source> impl;
 };
 
+struct tz_sink {
+  std::unique_ptr<tz::io::Sink> impl;
+  uint64_t end = 0;  // end of the data written
+  bool closed = false;
+};
+
+// Remote-storage options (HTTP, TLS, S3) from `opts`; other keys go to
+// `other`, which returns false for keys that do not apply to `what`.
+static tz::io::SourceOptions remote_options(const tz_options* opts, const char* what,
+                                            const std::function<bool(const std::string&, const std::string&)>& other) {
+  tz::io::SourceOptions so;
+  auto http = std::make_shared<tz::io::HttpOptions>();
+  auto s3 = std::make_shared<tz::io::S3Options>();
+  so.http = http;
+  so.s3 = s3;
+  if (opts) {
+    for (const auto& [k, v] : opts->values) {
+      if (apply_http_option(http, k, v) || apply_s3_option(s3, k, v) || other(k, v)) continue;
+      tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to " + what);
+    }
+  }
+  return so;
+}
+
 extern "C" {
 
 const char* tz_version(void) { return "0.1.0"; }
@@ -259,23 +284,19 @@ int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::ReaderOptions o;
-    auto http = std::make_shared<tz::io::HttpOptions>();
-    auto s3 = std::make_shared<tz::io::S3Options>();
-    o.http = http;
-    o.s3 = s3;
-    if (opts) {
-      for (const auto& [k, v] : opts->values) {
-        if (k == "num_threads") o.num_threads = parse_threads(v);
-        else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
-        else if (k == "direct_io") o.direct_io = parse_bool(k, v);
-        else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
-        else if (apply_http_option(http, k, v) || apply_s3_option(s3, k, v)) continue;
-        else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
-        else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
-        else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to readers");
-      }
-      o.key = opts->key;
-    }
+    const tz::io::SourceOptions so = remote_options(opts, "readers", [&](const std::string& k, const std::string& v) {
+      if (k == "num_threads") o.num_threads = parse_threads(v);
+      else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
+      else if (k == "direct_io") o.direct_io = parse_bool(k, v);
+      else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
+      else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
+      else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
+      else return false;
+      return true;
+    });
+    o.http = so.http;
+    o.s3 = so.s3;
+    if (opts) o.key = opts->key;
     auto r = std::make_unique<tz_reader>();
     r->impl = tz::core::Reader::open(uri, o);
     const auto& entries = r->impl->entries();
@@ -384,18 +405,13 @@ int tz_source_open(tz_source** out, const char* uri, const tz_options* opts) {
     require(out != nullptr, "out is NULL");
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
-    tz::io::SourceOptions so;
-    auto http = std::make_shared<tz::io::HttpOptions>();
-    auto s3 = std::make_shared<tz::io::S3Options>();
-    so.http = http;
-    so.s3 = s3;
-    if (opts) {
-      for (const auto& [k, v] : opts->values) {
-        if (k == "direct_io") so.direct_io = parse_bool(k, v);
-        else if (!apply_http_option(http, k, v) && !apply_s3_option(s3, k, v))
-          tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to sources");
-      }
-    }
+    bool direct_io = false;
+    tz::io::SourceOptions so = remote_options(opts, "sources", [&](const std::string& k, const std::string& v) {
+      if (k != "direct_io") return false;
+      direct_io = parse_bool(k, v);
+      return true;
+    });
+    so.direct_io = direct_io;
     auto s = std::make_unique<tz_source>();
     s->impl = tz::io::open_source(uri, so);
     *out = s.release();
@@ -424,25 +440,64 @@ int tz_source_read(tz_source* source, uint64_t offset, void* dst, size_t len) {
 
 void tz_source_close(tz_source* source) { delete source; }
 
+int tz_sink_open(tz_sink** out, const char* uri, const tz_options* opts) {
+  return guarded([&] {
+    require(out != nullptr, "out is NULL");
+    *out = nullptr;
+    require(uri != nullptr, "uri is NULL");
+    const tz::io::SourceOptions so =
+        remote_options(opts, "sinks", [](const std::string&, const std::string&) { return false; });
+    auto sink = std::make_unique<tz_sink>();
+    sink->impl = tz::io::open_sink(uri, so);
+    *out = sink.release();
+  });
+}
+
+int tz_sink_write(tz_sink* sink, uint64_t offset, const void* src, size_t len) {
+  return guarded([&] {
+    require(sink != nullptr, "sink is NULL");
+    require(src != nullptr || len == 0, "src is NULL");
+    if (sink->closed) tz::fail(tz::Errc::state, "The sink is closed");
+    sink->impl->write_at(offset, src, len);
+    sink->end = std::max(sink->end, offset + len);
+  });
+}
+
+int tz_sink_close(tz_sink* sink) {
+  return guarded([&] {
+    require(sink != nullptr, "sink is NULL");
+    if (sink->closed) return;
+    sink->closed = true;
+    sink->impl->truncate(sink->end);
+    sink->impl->close();
+  });
+}
+
+void tz_sink_free(tz_sink* sink) {
+  if (!sink) return;
+  if (!sink->closed) {
+    try {
+      sink->impl->abort();
+    } catch (...) {
+      // Documented: errors while aborting are dropped.
+    }
+  }
+  delete sink;
+}
+
 int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
   return guarded([&] {
     require(out != nullptr, "out is NULL");
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::WriterOptions o;
-    auto http = std::make_shared<tz::io::HttpOptions>();
-    auto s3 = std::make_shared<tz::io::S3Options>();
-    o.sink.http = http;
-    o.sink.s3 = s3;
-    if (opts) {
-      for (const auto& [k, v] : opts->values) {
-        if (k == "num_threads") o.num_threads = parse_threads(v);
-        else if (k == "crypt_chunk_size") o.crypt_chunk_size = parse_u64(k, v, 1024, uint64_t(1) << 40);
-        else if (apply_http_option(http, k, v) || apply_s3_option(s3, k, v)) continue;
-        else tz::fail(tz::Errc::invalid_arg, "Option '" + k + "' does not apply to writers");
-      }
-      o.key = opts->key;
-    }
+    o.sink = remote_options(opts, "writers", [&](const std::string& k, const std::string& v) {
+      if (k == "num_threads") o.num_threads = parse_threads(v);
+      else if (k == "crypt_chunk_size") o.crypt_chunk_size = parse_u64(k, v, 1024, uint64_t(1) << 40);
+      else return false;
+      return true;
+    });
+    if (opts) o.key = opts->key;
     auto w = std::make_unique<tz_writer>();
     w->impl = tz::core::Writer::open(uri, o);
     *out = w.release();

@@ -153,6 +153,12 @@ int tz_source_size(uint64_t *out, const tz_source *source);
 int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
 void tz_source_close(tz_source *source);
 
+typedef struct tz_sink tz_sink;
+int tz_sink_open(tz_sink **out, const char *uri, const tz_options *opts);
+int tz_sink_write(tz_sink *sink, uint64_t offset, const void *src, size_t len);
+int tz_sink_close(tz_sink *sink);
+void tz_sink_free(tz_sink *sink);
+
 typedef struct tz_writer tz_writer;
 
 typedef struct tz_tensor_desc {

@@ -1538,7 +1538,7 @@ class TensorSerializer:
         try:
             path = self._open_target(file_obj)
             out = ffi.new("tz_writer **")
-            options = _Options({}, key=key)
+            options = _Options(getattr(self, "_target_options", None) or {}, key=key)
             try:
                 rc = _native.lib.tz_writer_open(
                     out, path.encode("utf-8", "surrogateescape"), options.ptr
@@ -1555,6 +1555,10 @@ class TensorSerializer:
             raise
 
     def _open_target(self, file_obj) -> str:
+        if isinstance(file_obj, stream_io.RemoteWriteStream) and file_obj.tell() == 0:
+            # From open_stream("s3://...", "wb"): write the URI natively with its options.
+            self._target_options = file_obj._tz_options
+            return file_obj._tz_uri
         if isinstance(file_obj, (str, bytes)):
             url = stream_io.http_url(file_obj)
             if url is not None and url.lower().startswith("s3://"):

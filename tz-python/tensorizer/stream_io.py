@@ -14,7 +14,7 @@ import typing
 import urllib.parse
 from typing import Optional, Union
 
-__all__ = ["open_stream", "CAInfo", "RemoteStreamFile"]
+__all__ = ["open_stream", "CAInfo", "RemoteStreamFile", "RemoteWriteStream"]
 
 _REMOTE_SCHEMES = ("http", "https", "s3", "redis")
 
@@ -159,7 +159,53 @@ def s3_options(
     return values
 
 
-class RemoteStreamFile(io.RawIOBase):
+def _native_options(values: dict):
+    """A tz_options handle holding `values` (freed with the returned object)."""
+    from . import _native
+    from ._native import ffi
+
+    lib = _native.lib
+    opts_p = ffi.new("tz_options **")
+    _native.check(lib.tz_options_new(opts_p))
+    opts = ffi.gc(opts_p[0], lib.tz_options_free)
+    for k, v in values.items():
+        _native.check(lib.tz_options_set(opts, k.encode(), str(v).encode()))
+    return opts
+
+
+class _NativeStream(io.RawIOBase):
+    """What the remote file objects share: the URI and options libtensorizer
+    opens, and an absolute position."""
+
+    def __init__(self, url: str, options: dict):
+        super().__init__()
+        from . import _native
+        from ._native import ffi
+
+        self._native, self._ffi = _native, ffi
+        self._tz_uri = url
+        self._tz_options = dict(options)
+        self._pos = 0
+        self.name = url
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def _transfer(self, fn, handle, view, n: int) -> int:
+        """fn(handle, position, buffer, n) on the first n bytes of `view`; advances."""
+        buf = self._ffi.from_buffer(view)
+        try:
+            self._native.check(fn(handle, self._pos, buf, n))
+        finally:
+            self._ffi.release(buf)
+        self._pos += n
+        return n
+
+
+class RemoteStreamFile(_NativeStream):
     """
     A read-only, seekable file object over an http(s) URL: each read is a
     ranged GET through libtensorizer (pooled connections, retries that
@@ -170,19 +216,10 @@ class RemoteStreamFile(io.RawIOBase):
     """
 
     def __init__(self, url: str, options: dict, begin: Optional[int] = None, end: Optional[int] = None):
-        super().__init__()
-        from . import _native
-        from ._native import ffi
-
-        self._native, self._ffi = _native, ffi
-        self._tz_uri = url
-        self._tz_options = dict(options)
+        super().__init__(url, options)
+        _native, ffi = self._native, self._ffi
         lib = _native.lib
-        opts_p = ffi.new("tz_options **")
-        _native.check(lib.tz_options_new(opts_p))
-        opts = ffi.gc(opts_p[0], lib.tz_options_free)
-        for k, v in self._tz_options.items():
-            _native.check(lib.tz_options_set(opts, k.encode(), str(v).encode()))
+        opts = _native_options(self._tz_options)
         out = ffi.new("tz_source **")
         rc = lib.tz_source_open(out, url.encode("utf-8"), opts)
         if rc != 0:
@@ -199,16 +236,9 @@ class RemoteStreamFile(io.RawIOBase):
         if not 0 <= self._begin <= self._end:
             raise ValueError(f"Invalid range: begin={begin}, end={end} (size {self._size})")
         self._pos = self._begin
-        self.name = url
 
     def readable(self) -> bool:
         return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         if whence == io.SEEK_SET:
@@ -231,19 +261,83 @@ class RemoteStreamFile(io.RawIOBase):
             n = max(0, min(len(view), self._end - self._pos))
             if n == 0:
                 return 0
-            dst = self._ffi.from_buffer(view)
-            try:
-                self._native.check(self._native.lib.tz_source_read(self._src, self._pos, dst, n))
-            finally:
-                self._ffi.release(dst)
-        self._pos += n
-        return n
+            return self._transfer(self._native.lib.tz_source_read, self._src, view, n)
 
     def close(self) -> None:
         if not self.closed and getattr(self, "_src", None) is not None:
             self._ffi.release(self._src)  # runs tz_source_close now
             self._src = None
         super().close()
+
+
+class RemoteWriteStream(_NativeStream):
+    """
+    A write-only file object for an s3:// URI: bytes stream into a multipart
+    upload (parts are sent as they fill); ``close()`` completes it, and the
+    object appears only then. Leaving through an exception in a ``with``
+    block aborts the upload. A ``TensorSerializer`` given this object before
+    anything was written to it writes the URI natively instead.
+    """
+
+    def __init__(self, url: str, options: dict):
+        super().__init__(url, options)
+        self._sink = None  # opened on the first write
+
+    def writable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        elif whence != io.SEEK_SET:
+            raise io.UnsupportedOperation("S3 write streams seek from the start or the current position")
+        if offset < 0:
+            raise OSError(f"Negative seek position {offset}")
+        self._pos = offset
+        return offset
+
+    def _open(self):
+        lib, ffi = self._native.lib, self._ffi
+        opts = _native_options(self._tz_options)
+        out = ffi.new("tz_sink **")
+        self._native.check(lib.tz_sink_open(out, self._tz_uri.encode("utf-8"), opts))
+        self._sink = ffi.gc(out[0], lib.tz_sink_free)
+
+    def write(self, data) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        with memoryview(data) as mv, mv.cast("B") as view:
+            n = len(view)
+            if n == 0:
+                return 0
+            if self._sink is None:
+                self._open()
+            return self._transfer(self._native.lib.tz_sink_write, self._sink, view, n)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._sink is not None:
+                self._native.check(self._native.lib.tz_sink_close(self._sink))
+        finally:
+            if self._sink is not None:
+                self._ffi.release(self._sink)
+                self._sink = None
+            super().close()
+
+    def abort(self) -> None:
+        """Drops the upload: no object is created."""
+        if self._sink is not None:
+            self._ffi.release(self._sink)  # tz_sink_free aborts an unfinished upload
+            self._sink = None
+        super().close()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+            return None
+        return super().__exit__(exc_type, exc, tb)
 
 
 def _unsupported_scheme(path_uri: str) -> ValueError:
@@ -310,15 +404,9 @@ def open_stream(
             )
         url = http_url(path_uri)
         if url is not None:
-            if any(map(normalized_mode.__contains__, "wax+")):
-                if url.lower().startswith("s3://"):
-                    raise ValueError("Writing to S3 is not supported by this build yet")
-                raise ValueError(
-                    f"Cannot open {url.split('?')[0].split('@')[-1]!r} for writing:"
-                    " http(s) and redis streams are read-only (use to_redis to write Redis)"
-                )
+            is_s3 = url.lower().startswith("s3://")
             options = http_options(url, certificate_handling)
-            if url.lower().startswith("s3://"):
+            if is_s3:
                 options.update(
                     s3_options(
                         s3_access_key_id,
@@ -328,6 +416,13 @@ def open_stream(
                         force_http,
                         s3_region_name,
                     )
+                )
+            if any(map(normalized_mode.__contains__, "wax+")):
+                if is_s3:
+                    return typing.cast(typing.BinaryIO, RemoteWriteStream(url, options))
+                raise ValueError(
+                    f"Cannot open {url.split('?')[0].split('@')[-1]!r} for writing:"
+                    " http(s) and redis streams are read-only (use to_redis to write Redis)"
                 )
             raw = RemoteStreamFile(url, options, begin, end)
             if buffer_size == 0:

@@ -38,9 +38,12 @@ def test_missing_file(tmp_path):
         stream_io.open_stream(str(tmp_path / "missing"))
 
 
-def test_s3_writes_not_supported_yet():
-    with pytest.raises(ValueError, match="not supported by this build yet"):
-        stream_io.open_stream("s3://bucket/key", "wb")
+def test_s3_write_streams_are_lazy():
+    # Nothing is contacted until the first write; closing an unused stream creates nothing.
+    f = stream_io.open_stream("s3://bucket/key", "wb")
+    assert isinstance(f, stream_io.RemoteWriteStream) and f.writable() and f.tell() == 0
+    f.close()
+    assert f.closed
 
 
 def test_write_plus_mode(tmp_path):
