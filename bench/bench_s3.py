@@ -51,6 +51,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -271,6 +272,11 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="tz-bench-s3-", dir=args.tmp_dir)
     print(f"[setup] temporary folder {tmp}", flush=True)
     t_start = time.perf_counter()
+    # A SIGTERM (or SIGHUP) unwinds like Ctrl-C, so the `finally` below and
+    # MotoS3's __exit__ still stop moto and delete the folder (subprocess.run
+    # kills a running worker on the way out).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda signum, frame: sys.exit(128 + signum))
     try:
         # MotoS3 runs moto_server next to sys.executable (.venv/bin/).
         with servers.MotoS3() as moto:
@@ -500,8 +506,8 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
     for key, *_ in configs:
         if key == "curl.range1k":
             continue  # printed as a note below
-        line = bl.fmt_row(labels[key], best[key], results[key], data_bytes,
-                          ref_fp if key.startswith("load.") else None, cols)
+        line = _fmt_row(labels[key], best[key], results[key],
+                        ref_fp if key.startswith("load.") else None, cols)
         if key in save_keys and best[key] is not None:
             want = uploaded.get(save_keys[key][0])
             got = best[key].get("object_bytes")
@@ -516,7 +522,7 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
               f"{_mib(size_ours)} object took {rq['seconds']:.3f} s (curl start "
               "included)")
         per = rq["seconds"]
-        parts = [f"{name}'s best load = {b['seconds'] / per:.1f}x that"
+        parts = [f"{name} best load = {b['seconds'] / per:.1f}x that"
                  for name, b in (("ours", ok_best), ("upstream", up_best)) if b]
         if parts:
             print("  " + ", ".join(parts) + " (roughly how many requests moto "
@@ -577,6 +583,24 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
             json.dump(out, fh, indent=1)
         print(f"\nwrote {args.out}")
     return 0
+
+
+def _fmt_row(label, best, results, ref_fp, cols):
+    """bench_local.fmt_row with three decimals of GB/s (moto's rows are slow)."""
+    if best is None:
+        errs = [r.get("error", "?") for r in results if not r.get("ok")]
+        err = errs[-1] if errs else "not run"
+        return f"{label:<{cols}}  FAILED: {err[:110]}"
+    gbs = best["bytes"] / best["seconds"] / 1e9
+    delta = (best["rss_peak_kib"] - best["rss_base_kib"]) / 1024
+    peak = best["rss_peak_kib"] / 1024
+    check = ""
+    if ref_fp is not None and "fingerprint" in best:
+        check = "ok" if best["fingerprint"] == ref_fp else "MISMATCH"
+    nfail = sum(1 for r in results if not r.get("ok"))
+    extra = f" ({nfail} failed)" if nfail else ""
+    return (f"{label:<{cols}}  {best['seconds']:>8.3f}  {gbs:>7.3f}  "
+            f"{delta:>9.0f}  {peak:>9.0f}  {check:<8}{extra}")
 
 
 def _mib(n):
