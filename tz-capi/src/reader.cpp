@@ -11,6 +11,7 @@
 #include "tz/format/bytes.hpp"
 #include "tz/format/error.hpp"
 #include "tz/format/hash.hpp"
+#include "tz/format/hex.hpp"
 
 namespace tz::core {
 
@@ -43,15 +44,6 @@ void swap_bytes(uint8_t* p, uint64_t len, uint32_t unit) {
   for (uint64_t i = 0; i + unit <= len; i += unit) std::reverse(p + i, p + i + unit);
 }
 
-std::string hex(const uint8_t* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s.push_back(digits[p[i] >> 4]);
-    s.push_back(digits[p[i] & 15]);
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -182,7 +174,7 @@ void Reader::check_hashes(size_t index, const Header& h, uint32_t crc, const uin
       }
     } else if (std::memcmp(stored, sha, 32) != 0) {
       fail(Errc::hash, "Tensor '" + tensor_label(index) + "' failed SHA256 verification. Expected " +
-                           hex(stored, 32) + ", got " + hex(sha, 32) + ".");
+                           to_hex(stored, 32) + ", got " + to_hex(sha, 32) + ".");
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "helpers.hpp"
 #include "tensorizer.h"
 #include "tz/format/hash.hpp"
+#include "tz/format/hex.hpp"
 
 using namespace tz_test;
 
@@ -28,13 +29,7 @@ std::string sha256_hex(const void* p, size_t n) {
   tz::format::Sha256 sha;
   sha.update(p, n);
   const auto d = sha.finish();
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : d) {
-    s += digits[b >> 4];
-    s += digits[b & 15];
-  }
-  return s;
+  return tz::format::to_hex(d.data(), d.size());
 }
 
 struct Key {

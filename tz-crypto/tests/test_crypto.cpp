@@ -10,21 +10,13 @@
 #include "tz/format/container.hpp"
 #include "tz/format/error.hpp"
 #include "tz/format/hash.hpp"
+#include "tz/format/hex.hpp"
 
 using namespace tz;
 using namespace tz::crypto;
 
 namespace {
 
-std::string hex(const uint8_t* p, size_t n) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s += d[p[i] >> 4];
-    s += d[p[i] & 15];
-  }
-  return s;
-}
 
 std::vector<uint8_t> unhex(const std::string& s) {
   std::vector<uint8_t> out;
@@ -65,7 +57,7 @@ std::string sha256_hex(const std::vector<uint8_t>& data) {
   format::Sha256 sha;
   sha.update(data.data(), data.size());
   const auto d = sha.finish();
-  return hex(d.data(), d.size());
+  return format::to_hex(d.data(), d.size());
 }
 
 }  // namespace
@@ -77,9 +69,9 @@ TEST_CASE("Argon2id known answer (FORMAT.md 6.4)") {
   const char* salt = "0123456789abcdef";
   p.salt.assign(salt, salt + 16);
   const auto key = derive_key(reinterpret_cast<const uint8_t*>("hunter2"), 7, p);
-  CHECK(hex(key->data(), key->size()) == "5f61a8c05708063a9a3a44fd63189f0169304a4e5cd1dbedbca1cb91c7d30494");
+  CHECK(format::to_hex(key->data(), key->size()) == "5f61a8c05708063a9a3a44fd63189f0169304a4e5cd1dbedbca1cb91c7d30494");
   auto m = KeyMaterial::derive("hunter2", 7, 1, 8192, reinterpret_cast<const uint8_t*>(salt), 16);
-  CHECK(hex(m->key().data(), 32) == "5f61a8c05708063a9a3a44fd63189f0169304a4e5cd1dbedbca1cb91c7d30494");
+  CHECK(format::to_hex(m->key().data(), 32) == "5f61a8c05708063a9a3a44fd63189f0169304a4e5cd1dbedbca1cb91c7d30494");
   REQUIRE(m->kdf());
   CHECK(m->kdf()->salt == p.salt);
 }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "tz/format/hash.hpp"
+#include "tz/format/hex.hpp"
 
 namespace tz::io {
 
@@ -44,21 +45,12 @@ Digest hmac_sha256(const std::string& key, const std::string& message) {
 
 std::string as_key(const Digest& d) { return std::string(d.begin(), d.end()); }
 
-std::string hex(const uint8_t* p, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s.push_back(digits[p[i] >> 4]);
-    s.push_back(digits[p[i] & 15]);
-  }
-  return s;
-}
 
 }  // namespace
 
 std::string hex_sha256(const std::string& data) {
   const Digest d = sha256(data.data(), data.size());
-  return hex(d.data(), d.size());
+  return format::to_hex(d.data(), d.size());
 }
 
 std::string uri_encode(const std::string& s, bool keep_slash) {
@@ -107,7 +99,7 @@ std::vector<std::string> sigv4_headers(const AwsCredentials& creds, const std::s
   headers.push_back("x-amz-content-sha256: " + r.payload_hash);
   if (!creds.session_token.empty()) headers.push_back("x-amz-security-token: " + creds.session_token);
   headers.push_back("Authorization: AWS4-HMAC-SHA256 Credential=" + creds.access_key + "/" + scope +
-                    ", SignedHeaders=" + signed_headers + ", Signature=" + hex(signature.data(), signature.size()));
+                    ", SignedHeaders=" + signed_headers + ", Signature=" + format::to_hex(signature.data(), signature.size()));
   return headers;
 }
 

@@ -75,6 +75,10 @@ FilterFuncType: "typing.TypeAlias" = Callable[
 ]
 
 
+# What TensorSerializer and TensorDeserializer accept as file_obj.
+_FileLike = Union[io.BufferedIOBase, io.RawIOBase, typing.BinaryIO, str, bytes, os.PathLike, int]
+
+
 class CryptographyError(_crypt.CryptographyError):
     pass
 
@@ -546,15 +550,7 @@ class TensorDeserializer(
 
     def __init__(
         self,
-        file_obj: Union[
-            io.BufferedIOBase,
-            io.RawIOBase,
-            typing.BinaryIO,
-            str,
-            bytes,
-            os.PathLike,
-            int,
-        ],
+        file_obj: "_FileLike",
         device: Optional[Union[torch.device, str]] = None,
         filter_func: Optional[FilterFuncType] = None,
         dtype: Optional[torch.dtype] = None,
@@ -1485,15 +1481,7 @@ class TensorSerializer:
 
     def __init__(
         self,
-        file_obj: Union[
-            io.BufferedIOBase,
-            io.RawIOBase,
-            typing.BinaryIO,
-            str,
-            bytes,
-            os.PathLike,
-            int,
-        ],
+        file_obj: "_FileLike",
         compress_tensors: bool = False,
         *,
         encryption=None,
