@@ -57,16 +57,7 @@ SODIUM_SONAME = "libsodium.so.23"
 # --------------------------------------------------------------------------
 
 
-def _reset_peak_rss():
-    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs),
-    so the peak read after timing belongs to the timed operation and not to
-    the prewarm or the imports.  Returns whether it worked."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+_reset_peak_rss = bl.reset_peak_rss
 
 
 def worker_save(spec):
@@ -265,26 +256,7 @@ def worker_secretbox(spec):
 
 
 def worker_main(spec_json):
-    spec = json.loads(spec_json)
-    os.environ.update(spec.get("env", {}))
-    try:
-        fn = {"save": worker_save, "load": worker_load,
-              "secretbox": worker_secretbox}.get(spec["kind"])
-        if fn is None:
-            raise ValueError(f"unknown kind {spec['kind']!r}")
-        res = fn(spec)
-        res["ok"] = True
-    except BaseException as e:  # report, don't crash silently
-        import traceback
-
-        res = {
-            "ok": False,
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": traceback.format_exc()[-4000:],
-        }
-    sys.stdout.write(RESULT_TAG + json.dumps(res) + "\n")
-    sys.stdout.flush()
-    return 0
+    return bl.serve_worker(spec_json, {"save": worker_save, "load": worker_load, "secretbox": worker_secretbox})
 
 
 # --------------------------------------------------------------------------
@@ -343,31 +315,11 @@ def main(argv=None):
     threads = sorted({int(x) for x in args.threads.split(",") if x.strip()}
                      or {1, ncpu})
 
-    ours = bl.Peer(
-        "ours",
-        os.environ.get("TZ_BENCH_OURS_PYTHON",
-                       os.path.join(REPO, ".venv", "bin", "python")),
-        os.environ.get("TZ_BENCH_OURS_PYTHONPATH", os.path.join(REPO, "tz-python")),
-    )
-    upstream = bl.Peer(
-        "upstream",
-        os.environ.get("TZ_BENCH_UPSTREAM_PYTHON",
-                       os.path.join(REPO, ".venv-upstream", "bin", "python")),
-        None,
-    )
+    ours, upstream = bl.default_peers()
     rawp = bl.Peer("raw", ours.python, None)  # stdlib + libsodium only
 
     # Same lock as bench_local.py: one bench run per bench dir at a time.
-    import fcntl
-
-    os.makedirs(args.bench_dir, exist_ok=True)
-    lock = open(os.path.join(args.bench_dir, ".lock"), "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        print(f"[setup] another bench run holds {args.bench_dir}/.lock; waiting",
-              flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = bl.lock_bench_dir(args.bench_dir)  # noqa: F841 - held until exit
     args.bench_dir = os.path.join(args.bench_dir,
                                   f"size{args.size_gib:g}-seed{args.seed}")
 

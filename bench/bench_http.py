@@ -60,16 +60,7 @@ CURL = shutil.which("curl") or "/usr/bin/curl"
 # --------------------------------------------------------------------------
 
 
-def _reset_peak_rss():
-    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs),
-    so the peak read after timing belongs to the timed load and not to the
-    imports.  Returns whether it worked."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+_reset_peak_rss = bl.reset_peak_rss
 
 
 def worker_load(spec):
@@ -161,26 +152,7 @@ def worker_curl(spec):
 
 
 def worker_main(spec_json):
-    spec = json.loads(spec_json)
-    os.environ.update(spec.get("env", {}))
-    try:
-        fn = {"save": bl.worker_save, "load": worker_load,
-              "curl": worker_curl}.get(spec["kind"])
-        if fn is None:
-            raise ValueError(f"unknown kind {spec['kind']!r}")
-        res = fn(spec)
-        res["ok"] = True
-    except BaseException as e:  # report, don't crash silently
-        import traceback
-
-        res = {
-            "ok": False,
-            "error": f"{type(e).__name__}: {e}",
-            "traceback": traceback.format_exc()[-4000:],
-        }
-    sys.stdout.write(RESULT_TAG + json.dumps(res) + "\n")
-    sys.stdout.flush()
-    return 0
+    return bl.serve_worker(spec_json, {"save": bl.worker_save, "load": worker_load, "curl": worker_curl})
 
 
 # --------------------------------------------------------------------------
@@ -220,31 +192,11 @@ def main(argv=None):
 
     sweep = [int(x) for x in args.readers.split(",") if x.strip()]
     ncpu = os.cpu_count() or 1
-    ours = bl.Peer(
-        "ours",
-        os.environ.get("TZ_BENCH_OURS_PYTHON",
-                       os.path.join(REPO, ".venv", "bin", "python")),
-        os.environ.get("TZ_BENCH_OURS_PYTHONPATH", os.path.join(REPO, "tz-python")),
-    )
-    upstream = bl.Peer(
-        "upstream",
-        os.environ.get("TZ_BENCH_UPSTREAM_PYTHON",
-                       os.path.join(REPO, ".venv-upstream", "bin", "python")),
-        None,
-    )
+    ours, upstream = bl.default_peers()
     rawp = bl.Peer("curl", sys.executable, None)  # stdlib only
 
     # Same lock as bench_local.py: one bench run per bench dir at a time.
-    import fcntl
-
-    os.makedirs(args.bench_dir, exist_ok=True)
-    lock = open(os.path.join(args.bench_dir, ".lock"), "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        print(f"[setup] another bench run holds {args.bench_dir}/.lock; waiting",
-              flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = bl.lock_bench_dir(args.bench_dir)  # noqa: F841 - held until exit
     args.bench_dir = os.path.join(args.bench_dir,
                                   f"size{args.size_gib:g}-seed{args.seed}")
     src, man = bl.ensure_checkpoint(args)  # shares model.pt with bench_local

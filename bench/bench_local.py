@@ -266,16 +266,18 @@ def worker_load(spec):
     )
 
 
-def worker_main(spec_json):
+def serve_worker(spec_json, handlers, before=None):
+    """Worker entry shared by the bench scripts: runs handlers[spec["kind"]]
+    and prints its result (or the error) on one tagged line."""
     spec = json.loads(spec_json)
     os.environ.update(spec.get("env", {}))
+    if before is not None:
+        before(spec)
     try:
-        if spec["kind"] == "save":
-            res = worker_save(spec)
-        elif spec["kind"] == "load":
-            res = worker_load(spec)
-        else:
+        fn = handlers.get(spec["kind"])
+        if fn is None:
             raise ValueError(f"unknown kind {spec['kind']!r}")
+        res = fn(spec)
         res["ok"] = True
     except BaseException as e:  # report, don't crash silently
         import traceback
@@ -288,6 +290,22 @@ def worker_main(spec_json):
     sys.stdout.write(RESULT_TAG + json.dumps(res) + "\n")
     sys.stdout.flush()
     return 0
+
+
+def worker_main(spec_json):
+    return serve_worker(spec_json, {"save": worker_save, "load": worker_load})
+
+
+def reset_peak_rss():
+    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs),
+    so the peak read after timing belongs to the timed operation and not to
+    the prewarm or the imports.  Returns whether it worked."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------
@@ -308,6 +326,37 @@ class Peer:
             env["PYTHONPATH"] = self.pythonpath
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
+
+
+def default_peers():
+    """(ours, upstream): interpreters from $TZ_BENCH_* or the repository's venvs."""
+    ours = Peer(
+        "ours",
+        os.environ.get("TZ_BENCH_OURS_PYTHON", os.path.join(REPO, ".venv", "bin", "python")),
+        os.environ.get("TZ_BENCH_OURS_PYTHONPATH", os.path.join(REPO, "tz-python")),
+    )
+    upstream = Peer(
+        "upstream",
+        os.environ.get("TZ_BENCH_UPSTREAM_PYTHON", os.path.join(REPO, ".venv-upstream", "bin", "python")),
+        None,
+    )
+    return ours, upstream
+
+
+def lock_bench_dir(bench_dir):
+    """One run at a time per bench dir: concurrent runs would clobber each
+    other's files and, on a 2-core box, each other's timings. Returns the
+    open lock file; keep it until the run ends."""
+    import fcntl
+
+    os.makedirs(bench_dir, exist_ok=True)
+    lock = open(os.path.join(bench_dir, ".lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print(f"[setup] another bench run holds {bench_dir}/.lock; waiting", flush=True)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
 
 
 def run_worker(peer, spec, timeout, script=None):
@@ -448,37 +497,10 @@ def main(argv=None):
         return worker_main(args.worker)
 
     sweep = [int(x) for x in args.readers.split(",") if x.strip()]
-    ours = Peer(
-        "ours",
-        os.environ.get(
-            "TZ_BENCH_OURS_PYTHON", os.path.join(REPO, ".venv", "bin", "python")
-        ),
-        os.environ.get(
-            "TZ_BENCH_OURS_PYTHONPATH", os.path.join(REPO, "tz-python")
-        ),
-    )
-    upstream = Peer(
-        "upstream",
-        os.environ.get(
-            "TZ_BENCH_UPSTREAM_PYTHON",
-            os.path.join(REPO, ".venv-upstream", "bin", "python"),
-        ),
-        None,
-    )
+    ours, upstream = default_peers()
     torchp = Peer("torch", ours.python, None)
 
-    # One run at a time per bench dir: concurrent runs would clobber each
-    # other's files and, on a 2-core box, each other's timings.
-    import fcntl
-
-    os.makedirs(args.bench_dir, exist_ok=True)
-    lock = open(os.path.join(args.bench_dir, ".lock"), "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        print(f"[setup] another bench run holds {args.bench_dir}/.lock; waiting",
-              flush=True)
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock = lock_bench_dir(args.bench_dir)  # noqa: F841 - held until exit
     args.bench_dir = os.path.join(args.bench_dir, f"size{args.size_gib:g}-seed{args.seed}")
 
     src, man = ensure_checkpoint(args)
