@@ -145,6 +145,7 @@ class FaultProxy:
         self.port = free_port()
         self.connections = 0
         self.response_bytes = 0  # forwarded to clients, headers included
+        self.requests = 0  # HTTP requests seen (curl sends each in one piece)
         self._lock = threading.Lock()
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -209,10 +210,12 @@ class FaultProxy:
                     with contextlib.suppress(OSError):
                         upstream.shutdown(socket.SHUT_RDWR)
 
-    def _count(self, dst: socket.socket, n: int) -> None:
-        if dst.getsockname()[1] == self.port:  # towards the client
-            with self._lock:
-                self.response_bytes += n
+    def _count(self, dst: socket.socket, data: bytes) -> None:
+        with self._lock:
+            if dst.getsockname()[1] == self.port:  # towards the client
+                self.response_bytes += len(data)
+            else:
+                self.requests += data.count(b"GET ")
 
     def _pump(self, src: socket.socket, dst: socket.socket, limit: Optional[int]) -> None:
         sent = 0
@@ -223,10 +226,10 @@ class FaultProxy:
                     break
                 if limit is not None and sent + len(data) >= limit:
                     dst.sendall(data[: limit - sent])
-                    self._count(dst, limit - sent)
+                    self._count(dst, data[: limit - sent])
                     return
                 dst.sendall(data)
-                self._count(dst, len(data))
+                self._count(dst, data)
                 sent += len(data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)

@@ -14,6 +14,7 @@ import torch
 
 import servers
 from tensorizer import (
+    CryptographyError,
     DecryptionParams,
     EncryptionParams,
     TensorDeserializer,
@@ -21,6 +22,7 @@ from tensorizer import (
 )
 from tensorizer import _native
 from tensorizer._native import ffi
+from tensorizer.serialization import HashMismatchError
 
 pytestmark = [
     pytest.mark.ours_only,  # upstream shells out to curl with other knobs
@@ -40,6 +42,14 @@ def _state_dict():
     }
 
 
+def _many_small():
+    """150 small tensors around one of 4 MiB: a model's worth of round trips."""
+    sd = {f"t{i}": torch.full((1000 + i,), float(i)) for i in range(150)}
+    items = list(sd.items())
+    items.insert(75, ("skipme", torch.randn(1 << 20, generator=torch.Generator().manual_seed(3))))
+    return dict(items)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     root = tmp_path_factory.mktemp("www")
@@ -48,9 +58,18 @@ def site(tmp_path_factory):
         s.write_state_dict(sd)
     with TensorSerializer(root / "enc.tensors", encryption=EncryptionParams(KEY)) as s:
         s.write_state_dict(sd)
+    many = _many_small()
+    with TensorSerializer(root / "many.tensors") as s:
+        s.write_state_dict(many)
+    # The same file with one byte of tensor "t100"'s data flipped.
+    data = bytearray((root / "many.tensors").read_bytes())
+    with TensorDeserializer(root / "many.tensors", lazy_load=True) as t:
+        entry = next(e for e in t._entries if e.name == "t100")
+        data[entry.data_offset + 5] ^= 0x40
+    (root / "bad.tensors").write_bytes(bytes(data))
     tls = servers.make_ca(tmp_path_factory.mktemp("ca"))
     with servers.Nginx(root, tmp_path_factory.mktemp("nginx"), tls=tls) as nginx:
-        yield {"nginx": nginx, "sd": sd, "root": root, "tls": tls}
+        yield {"nginx": nginx, "sd": sd, "many": many, "root": root, "tls": tls}
 
 
 def _check(t, sd):
@@ -71,6 +90,45 @@ def test_encrypted_over_http(site, verify):
     url = site["nginx"].url("enc.tensors")
     with TensorDeserializer(url, encryption=DecryptionParams.from_key(KEY), verify_hash=verify) as t:
         _check(t, site["sd"])
+
+
+@pytest.mark.parametrize("num_readers", [1, 4])
+def test_neighbouring_tensors_share_requests(site, num_readers):
+    with servers.FaultProxy(site["nginx"].port) as proxy:
+        with TensorDeserializer(proxy.url("many.tensors"), num_readers=num_readers, verify_hash=True) as t:
+            _check(t, site["many"])
+        # One request per reader for 151 tensors and their headers, plus the
+        # size probe, the file header and the metadata index.
+        assert proxy.requests <= 3 + num_readers, proxy.requests
+
+
+def test_a_filtered_load_does_not_download_what_it_skips(site):
+    size = (site["root"] / "many.tensors").stat().st_size
+    with servers.FaultProxy(site["nginx"].port) as proxy:
+        with TensorDeserializer(proxy.url("many.tensors"), filter_func=lambda name: name != "skipme") as t:
+            assert "skipme" not in t
+            assert torch.equal(t["t149"], site["many"]["t149"])
+        assert proxy.response_bytes < size - (3 << 20)
+
+
+@pytest.mark.parametrize("num_readers", [1, 4])
+def test_corruption_inside_a_shared_request_names_the_tensor(site, num_readers):
+    url = site["nginx"].url("bad.tensors")
+    with pytest.raises(HashMismatchError, match="t100"):
+        TensorDeserializer(url, num_readers=num_readers, verify_hash=True)
+    # Without verification the other tensors still arrive intact.
+    with TensorDeserializer(url, num_readers=num_readers) as t:
+        assert torch.equal(t["t99"], site["many"]["t99"])
+
+
+def test_a_wrong_key_over_http_fails_and_returns_nothing(site):
+    url = site["nginx"].url("enc.tensors")
+    with pytest.raises(CryptographyError):
+        TensorDeserializer(url, encryption=DecryptionParams.from_key(bytes(32)))
+    big = ffi.new("uint8_t[]", 4 * (3 * 1024 * 1024 + 5))
+    with pytest.raises(CryptographyError):
+        _native_read_into(url, 0, big, key=bytes(32))
+    assert bytes(ffi.buffer(big, 4096)) == bytes(4096)  # never the unauthenticated bytes
 
 
 def test_lazy_load_and_redirect(site):
@@ -145,6 +203,21 @@ def _native_load(url, **options):
         _native.check(lib.tz_reader_read(reader, i, buf, info.nbytes, lib.TZ_READ_VERIFY_HASH))
         out.append(bytes(ffi.buffer(buf, int(info.nbytes))))
     return out
+
+
+def _native_read_into(url, index, buf, key):
+    """Reads tensor `index` into `buf` through the C ABI, decrypting with `key`."""
+    from tensorizer.serialization import _Options
+
+    lib = _native.lib
+    opts = _Options({}, key=DecryptionParams.from_key(key)._native_key())
+    try:
+        r_p = ffi.new("tz_reader **")
+        _native.check(lib.tz_reader_open(r_p, url.encode(), opts.ptr))
+    finally:
+        opts.free()
+    reader = ffi.gc(r_p[0], lib.tz_reader_close)
+    _native.check(lib.tz_reader_read(reader, index, buf, len(buf), lib.TZ_READ_NO_VERIFY_HASH))
 
 
 def test_a_stall_is_detected_and_resumed(site):

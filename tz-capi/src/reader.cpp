@@ -97,11 +97,10 @@ Reader::Reader(std::unique_ptr<io::Source> source, const ReaderOptions& options)
 
 std::string Reader::tensor_label(size_t index) const { return display_path(entries_[index].path); }
 
-Reader::Header Reader::read_header(size_t index) {
+Reader::Header Reader::parse_header(size_t index, std::vector<uint8_t> bytes) {
   const auto& e = entries_[index];
   Header h;
-  h.bytes.resize(size_t(e.header_length()));
-  source_->read_at(e.header_offset, h.bytes.data(), h.bytes.size());
+  h.bytes = std::move(bytes);
   h.parsed = parse_tensor_header(h.bytes.data(), h.bytes.size(), e.long_dims, header_.has_crypt_info());
   check_header_matches(h.parsed, e);
   if (h.parsed.crypt_info_size) {
@@ -131,9 +130,16 @@ Reader::Header Reader::read_header(size_t index) {
   return h;
 }
 
-const Reader::Header& Reader::header(size_t index) {
+const Reader::Header& Reader::header(size_t index, std::vector<uint8_t>* bytes) {
   std::call_once(header_once_[index], [&] {
-    headers_[index] = std::make_unique<Header>(read_header(index));
+    std::vector<uint8_t> fetched;
+    if (bytes) {
+      fetched = std::move(*bytes);
+    } else {
+      fetched.resize(size_t(entries_[index].header_length()));
+      source_->read_at(entries_[index].header_offset, fetched.data(), fetched.size());
+    }
+    headers_[index] = std::make_unique<Header>(parse_header(index, std::move(fetched)));
     module_index_[index].store(headers_[index]->parsed.module_index, std::memory_order_release);
   });
   return *headers_[index];
@@ -161,6 +167,25 @@ void Reader::load_headers(const uint64_t* indices, size_t count) {
     if (i >= entries_.size()) fail(Errc::not_found, "Tensor index " + std::to_string(i) + " is out of range");
     header(size_t(i));
   }
+}
+
+// CRC32 and SHA-256 of a tensor: its header with zeroed hashes, then its data.
+struct Reader::Hasher {
+  uint32_t crc = 0;
+  Sha256 sha;
+  explicit Hasher(const Header& h) {
+    const std::vector<uint8_t> hashed = hashable_header(h.bytes.data(), h.bytes.size(), h.parsed);
+    update(hashed.data(), hashed.size());
+  }
+  void update(const void* p, size_t n) {
+    crc = crc32_update(crc, p, n);
+    sha.update(p, n);
+  }
+};
+
+void Reader::check_hashes(size_t index, const Header& h, Hasher& hasher) const {
+  const auto digest = hasher.sha.finish();
+  check_hashes(index, h, hasher.crc, digest.data());
 }
 
 void Reader::check_hashes(size_t index, const Header& h, uint32_t crc, const uint8_t* sha) const {
@@ -193,21 +218,16 @@ void Reader::read_one(const ReadRequest& req, bool verify, uint64_t begin, uint6
   }
   const crypto::SecretBytes* key = key_for(h);
   if (whole && verify) {
-    const std::vector<uint8_t> hashed = hashable_header(h.bytes.data(), h.bytes.size(), h.parsed);
-    uint32_t crc = crc32_update(0, hashed.data(), hashed.size());
-    Sha256 sha;
-    sha.update(hashed.data(), hashed.size());
+    Hasher hasher(h);
     // Read, decrypt and hash one step at a time while it is still in cache.
     const uint64_t step = key ? h.box_size : kHashChunk;
     for (uint64_t off = 0; off < e.data_length; off += step) {
       const size_t n = size_t(std::min(step, e.data_length - off));
       source_->read_at(e.data_offset + off, dst + off, n);
       if (key) decrypt_box(index, h, *key, dst + off, off / step, n);
-      crc = crc32_update(crc, dst + off, n);
-      sha.update(dst + off, n);
+      hasher.update(dst + off, n);
     }
-    const auto digest = sha.finish();
-    check_hashes(index, h, crc, digest.data());
+    check_hashes(index, h, hasher);
     if (e.dtype.needs_swap()) swap_bytes(dst, e.data_length, e.dtype.swap_unit());
     return;
   }
@@ -246,6 +266,10 @@ void Reader::read_batch(const ReadRequest* reqs, size_t count, bool verify, unsi
     }
   }
   if (threads == 0) threads = options_.num_threads ? options_.num_threads : default_threads();
+  if (source_->coalesce_reads()) {
+    read_coalesced(reqs, count, verify, threads, failed);
+    return;
+  }
   if (header_.has_crypt_info()) {
     // Splitting encrypted data needs each tensor's box size: read those headers first.
     size_t failed_request = 0;
@@ -308,23 +332,155 @@ void Reader::read_batch(const ReadRequest* reqs, size_t count, bool verify, unsi
   }
 }
 
+// Everything after a tensor's bytes have arrived in its destination:
+// header checks, decryption in place, hash verification, byte order.
+void Reader::finish_tensor(const ReadRequest& req, bool verify, std::vector<uint8_t>* header_bytes) {
+  const size_t index = size_t(req.index);
+  const auto& e = entries_[index];
+  auto* dst = static_cast<uint8_t*>(req.dst);
+  const Header& h = header(index, header_bytes);
+  if (e.is_meta()) {
+    std::memset(dst, 0, size_t(e.nbytes));
+    return;
+  }
+  if (const crypto::SecretBytes* key = key_for(h)) {
+    try {
+      for (uint64_t off = 0; off < e.data_length; off += h.box_size) {
+        decrypt_box(index, h, *key, dst + off, off / h.box_size, size_t(std::min(h.box_size, e.data_length - off)));
+      }
+    } catch (...) {
+      // Never leave bytes that failed authentication in the caller's buffer.
+      std::memset(dst, 0, size_t(e.nbytes));
+      throw;
+    }
+  }
+  if (verify) {
+    Hasher hasher(h);
+    hasher.update(dst, size_t(e.data_length));
+    check_hashes(index, h, hasher);
+  }
+  if (e.dtype.needs_swap()) swap_bytes(dst, e.data_length, e.dtype.swap_unit());
+}
+
+// Remote sources pay a round trip (S3: a signature, a server-side lookup) per
+// request, so tensors are read in file order as a few large ranged requests,
+// about one per thread, each scattered straight into the destinations with
+// the headers into small buffers. A tensor is finished (decrypted, verified)
+// on the thread that receives its last byte, while the transfer goes on.
+void Reader::read_coalesced(const ReadRequest* reqs, size_t count, bool verify, unsigned threads,
+                            size_t* failed) {
+  constexpr uint64_t kMaxGap = uint64_t(1) << 20;   // skipped bytes a request may carry
+  constexpr uint64_t kMinSpan = uint64_t(8) << 20;  // smaller requests cost more than they overlap
+
+  struct Piece {
+    uint64_t offset, len;
+    uint8_t* dst;  // NULL: not wanted
+    size_t request;
+  };
+  std::vector<size_t> order(count);
+  for (size_t k = 0; k < count; ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return entries_[size_t(reqs[a].index)].header_offset < entries_[size_t(reqs[b].index)].header_offset;
+  });
+  std::vector<std::vector<uint8_t>> header_bytes(count);
+  std::unique_ptr<std::atomic<uint64_t>[]> pending(new std::atomic<uint64_t>[count]);
+  std::vector<Piece> pieces;
+  uint64_t total = 0;
+  for (size_t k : order) {
+    const auto& e = entries_[size_t(reqs[k].index)];
+    header_bytes[k].resize(size_t(e.header_length()));
+    pieces.push_back({e.header_offset, e.header_length(), header_bytes[k].data(), k});
+    uint64_t wanted = e.header_length();
+    // Meta tensors are zero-filled, whatever bytes their data length names.
+    if (!e.is_meta()) {
+      auto* dst = static_cast<uint8_t*>(reqs[k].dst);
+      // Pieces of kChunk bytes let a large tensor be shared between requests.
+      for (uint64_t off = 0; off < e.data_length; off += kChunk) {
+        pieces.push_back({e.data_offset + off, std::min(kChunk, e.data_length - off), dst + off, k});
+      }
+      wanted += e.data_length;
+    }
+    pending[k].store(wanted, std::memory_order_relaxed);
+    total += wanted;
+  }
+
+  // Spans of consecutive pieces, about total / threads bytes each.
+  const uint64_t target = std::max(kMinSpan, (total + threads - 1) / threads);
+  struct Span {
+    uint64_t offset = 0;
+    std::vector<io::Segment> segments;
+    std::vector<size_t> piece_of;  // segment -> piece, SIZE_MAX for a gap
+  };
+  std::vector<Span> spans;
+  uint64_t span_end = 0, span_bytes = 0;
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    const Piece& piece = pieces[p];
+    const bool fresh = spans.empty() || piece.offset < span_end || piece.offset - span_end > kMaxGap ||
+                       (span_bytes > 0 && span_bytes + piece.len > target);
+    if (fresh) {
+      spans.emplace_back();
+      spans.back().offset = piece.offset;
+      span_end = piece.offset;
+      span_bytes = 0;
+    }
+    Span& span = spans.back();
+    if (piece.offset > span_end) {
+      span.segments.push_back({nullptr, size_t(piece.offset - span_end)});
+      span.piece_of.push_back(SIZE_MAX);
+    }
+    span.segments.push_back({piece.dst, size_t(piece.len)});
+    span.piece_of.push_back(p);
+    span_end = piece.offset + piece.len;
+    span_bytes += piece.len;
+  }
+
+  std::mutex failure_mutex;
+  size_t failed_request = SIZE_MAX;
+  auto finish = [&](size_t k) {
+    try {
+      finish_tensor(reqs[k], verify, &header_bytes[k]);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (failed_request == SIZE_MAX) failed_request = k;
+      throw;
+    }
+  };
+  size_t failed_span = 0;
+  try {
+    parallel_for(spans.size(), std::min<size_t>(threads, spans.size()), [&](size_t s) {
+      const Span& span = spans[s];
+      source_->read_scatter(span.offset, span.segments.data(), span.segments.size(), [&](size_t seg) {
+        const size_t p = span.piece_of[seg];
+        if (p == SIZE_MAX) return;
+        const Piece& piece = pieces[p];
+        if (pending[piece.request].fetch_sub(piece.len, std::memory_order_acq_rel) == piece.len) finish(piece.request);
+      });
+    }, &failed_span);
+  } catch (...) {
+    if (failed) {
+      size_t first_piece = 0;
+      for (size_t p : spans[failed_span].piece_of) {
+        if (p != SIZE_MAX) {
+          first_piece = p;
+          break;
+        }
+      }
+      *failed = failed_request != SIZE_MAX ? failed_request : pieces[first_piece].request;
+    }
+    throw;
+  }
+}
+
 void Reader::verify_bytes(size_t index, const void* data, uint64_t size) {
   if (index >= entries_.size()) fail(Errc::not_found, "Tensor index " + std::to_string(index) + " is out of range");
   const auto& e = entries_[index];
   const Header& h = header(index);
-  const std::vector<uint8_t> hashed = hashable_header(h.bytes.data(), h.bytes.size(), h.parsed);
-  uint32_t crc = crc32_update(0, hashed.data(), hashed.size());
-  Sha256 sha;
-  sha.update(hashed.data(), hashed.size());
+  Hasher hasher(h);
   // Meta tensors are hashed over their header only (data length 0).
   const uint64_t n = e.is_meta() ? 0 : size;
   if (n > 0 && data == nullptr) fail(Errc::invalid_arg, "data is NULL");
-  if (n > 0) {
-    crc = crc32_update(crc, data, size_t(n));
-    sha.update(data, size_t(n));
-  }
-  const auto digest = sha.finish();
-  check_hashes(index, h, crc, digest.data());
+  if (n > 0) hasher.update(data, size_t(n));
+  check_hashes(index, h, hasher);
 }
 
 }  // namespace tz::core

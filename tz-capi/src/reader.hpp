@@ -60,12 +60,17 @@ class Reader {
     uint64_t box_size = 0;  // encrypted data: bytes per secretbox (0: stored in the clear)
   };
   // Reads, parses and validates a tensor header once; later calls share it.
-  const Header& header(size_t index);
-  Header read_header(size_t index);
+  // `bytes`, when given, are the header's bytes already fetched.
+  const Header& header(size_t index, std::vector<uint8_t>* bytes = nullptr);
+  Header parse_header(size_t index, std::vector<uint8_t> bytes);
+  void read_coalesced(const ReadRequest* requests, size_t count, bool verify, unsigned threads, size_t* failed);
+  void finish_tensor(const ReadRequest& req, bool verify, std::vector<uint8_t>* header_bytes);
   const crypto::SecretBytes* key_for(const Header& h);
   void decrypt_box(size_t index, const Header& h, const crypto::SecretBytes& key, uint8_t* box, uint64_t box_index,
                    size_t size) const;
   void read_one(const ReadRequest& req, bool verify, uint64_t begin, uint64_t end, bool whole);
+  struct Hasher;
+  void check_hashes(size_t index, const Header& h, Hasher& hasher) const;
   void check_hashes(size_t index, const Header& h, uint32_t crc, const uint8_t* sha) const;
   std::string tensor_label(size_t index) const;
 

@@ -169,6 +169,15 @@ void FileSink::close() {
   if (::close(fd) != 0) os_fail("Close failed on", path_, errno);
 }
 
+void Source::read_scatter(uint64_t offset, const Segment* segments, size_t count,
+                          const std::function<void(size_t)>& on_segment) {
+  for (size_t i = 0; i < count; ++i) {
+    if (segments[i].dst && segments[i].len) read_at(offset, segments[i].dst, segments[i].len);
+    offset += segments[i].len;
+    if (on_segment) on_segment(i);
+  }
+}
+
 std::unique_ptr<Source> open_source(const std::string& uri, const SourceOptions& options) {
   std::string scheme = uri.substr(0, std::min(uri.find("://"), uri.size()));
   for (auto& ch : scheme) ch = char(std::tolower(static_cast<unsigned char>(ch)));

@@ -22,9 +22,51 @@ void global_init() {
   if (rc != CURLE_OK) fail(Errc::io, "libcurl could not be initialised");
 }
 
+}  // namespace
+
+// Where the bytes of one read go: a list of segments filled in order. It
+// lives across attempts, so a retry resumes at the first byte not received.
+struct HttpSource::Cursor {
+  const Segment* segments;
+  size_t count;
+  const std::function<void(size_t)>* on_segment;
+  size_t index = 0;   // current segment
+  size_t filled = 0;  // bytes of it received
+
+  Cursor(const Segment* s, size_t n, const std::function<void(size_t)>* cb) : segments(s), count(n), on_segment(cb) {
+    skip_empty();
+  }
+  void skip_empty() {
+    while (index < count && segments[index].len == 0) complete();
+  }
+  void complete() {
+    const size_t done = index++;
+    filled = 0;
+    if (on_segment && *on_segment) (*on_segment)(done);
+  }
+  // Takes the next n bytes of the stream (the caller never passes more than remain).
+  void write(const uint8_t* data, size_t n) {
+    while (n > 0 && index < count) {
+      const Segment& seg = segments[index];
+      const size_t take = std::min(n, seg.len - filled);
+      if (seg.dst) std::memcpy(static_cast<uint8_t*>(seg.dst) + filled, data, take);
+      filled += take;
+      data += take;
+      n -= take;
+      if (filled == seg.len) {
+        complete();
+        skip_empty();
+      }
+    }
+  }
+};
+
+namespace {
+
 // Per-attempt state shared with libcurl's callbacks.
 struct Transfer {
-  uint8_t* dst = nullptr;
+  HttpSource::Cursor* cursor = nullptr;
+  std::exception_ptr callback_error;  // thrown by on_segment; rethrown after the transfer
   size_t cap = 0;
   size_t received = 0;
   uint64_t expect_start = 0;
@@ -94,7 +136,13 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
     return (t->status >= 400 || t->status == 0) ? n : 0;
   }
   const size_t take = std::min(n, t->cap - t->received);
-  std::memcpy(t->dst + t->received, data, take);
+  try {
+    t->cursor->write(reinterpret_cast<const uint8_t*>(data), take);
+  } catch (...) {
+    // Never unwind through libcurl: stop the transfer and rethrow afterwards.
+    t->callback_error = std::current_exception();
+    return 0;
+  }
   t->received += take;
   // More than asked (a server ignoring Range): stop once we have it all.
   return take == n ? n : 0;
@@ -148,8 +196,10 @@ HttpSource::HttpSource(const std::string& url, const HttpOptions& options) : url
     headers_ = next;
   }
   uint8_t first = 0;
+  const Segment probe{&first, 1};
+  Cursor cursor(&probe, 1, nullptr);
   try {
-    fetch(0, &first, 1, true);
+    fetch(0, cursor, 1, true);
     if (!size_known_) fail(Errc::io, "The server did not report the size of " + describe());
   } catch (...) {
     for (Handle* h : pool_) {
@@ -199,9 +249,9 @@ void HttpSource::release(Handle* h) {
   pool_.push_back(h);
 }
 
-HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, uint8_t* dst, size_t len, bool probe_size) {
+HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size) {
   Transfer t;
-  t.dst = dst;
+  t.cursor = &cursor;
   t.cap = len;
   t.expect_start = offset;
   const std::string range = std::to_string(offset) + "-" + std::to_string(offset + len - 1);
@@ -230,6 +280,7 @@ HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, uint8_t* dst
   curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, &t);
   h->errbuf[0] = '\0';
   const CURLcode rc = curl_easy_perform(h->curl);
+  if (t.callback_error) std::rethrow_exception(t.callback_error);
 
   Attempt a;
   a.status = t.status;
@@ -274,7 +325,7 @@ HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, uint8_t* dst
   return a;
 }
 
-void HttpSource::fetch(uint64_t offset, uint8_t* dst, size_t len, bool probe_size) {
+void HttpSource::fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size) {
   unsigned failures = 0;
   unsigned delay = options_.backoff_ms;
   std::minstd_rand jitter(std::random_device{}());
@@ -282,7 +333,7 @@ void HttpSource::fetch(uint64_t offset, uint8_t* dst, size_t len, bool probe_siz
     Handle* h = acquire();
     Attempt a;
     try {
-      a = attempt(h, offset, dst, len, probe_size);
+      a = attempt(h, offset, cursor, len, probe_size);
     } catch (...) {
       release(h);
       throw;
@@ -290,7 +341,6 @@ void HttpSource::fetch(uint64_t offset, uint8_t* dst, size_t len, bool probe_siz
     release(h);
     if (a.done) return;
     offset += a.received;
-    dst += a.received;
     len -= a.received;
     probe_size = probe_size && a.received == 0;
     if (!a.retryable) {
@@ -319,7 +369,20 @@ void HttpSource::read_at(uint64_t offset, void* dst, size_t len) {
   if (offset > size_ || len > size_ - offset) {
     fail(Errc::truncated, "Read past the end of " + describe() + " (" + std::to_string(size_) + " bytes)");
   }
-  fetch(offset, static_cast<uint8_t*>(dst), len, false);
+  const Segment segment{dst, len};
+  Cursor cursor(&segment, 1, nullptr);
+  fetch(offset, cursor, len, false);
+}
+
+void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t count,
+                              const std::function<void(size_t)>& on_segment) {
+  uint64_t len = 0;
+  for (size_t i = 0; i < count; ++i) len += segments[i].len;
+  if (offset > size_ || len > size_ - offset) {
+    fail(Errc::truncated, "Read past the end of " + describe() + " (" + std::to_string(size_) + " bytes)");
+  }
+  Cursor cursor(segments, count, &on_segment);
+  if (len > 0) fetch(offset, cursor, size_t(len), false);
 }
 
 }  // namespace tz::io

@@ -1,5 +1,6 @@
 #pragma once
-// HTTP(S) source on libcurl: ranged GETs straight into the caller's memory,
+// HTTP(S) source on libcurl: ranged GETs straight into the caller's memory
+// (one request may fill many scattered buffers),
 // one pooled connection per concurrent reader, redirects followed, TLS
 // verified by default. Transient failures (connection reset or cut
 // mid-body, stalls, timeouts, 5xx, 408, 429) are retried with backoff,
@@ -40,8 +41,12 @@ class HttpSource final : public Source {
 
   uint64_t size() const override { return size_; }
   void read_at(uint64_t offset, void* dst, size_t len) override;
+  void read_scatter(uint64_t offset, const Segment* segments, size_t count,
+                    const std::function<void(size_t)>& on_segment) override;
+  bool coalesce_reads() const override { return true; }
   std::string describe() const override { return redact_url(url_); }
-  size_t preferred_block() const override { return size_t(16) << 20; }
+
+  struct Cursor;  // where a transfer's bytes go (defined in http.cpp)
 
  private:
   struct Handle;
@@ -56,8 +61,8 @@ class HttpSource final : public Source {
     std::string error;
     long status = 0;
   };
-  Attempt attempt(Handle* h, uint64_t offset, uint8_t* dst, size_t len, bool probe_size);
-  void fetch(uint64_t offset, uint8_t* dst, size_t len, bool probe_size);
+  Attempt attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size);
+  void fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size);
 
   std::string url_;
   HttpOptions options_;

@@ -35,7 +35,6 @@ class RedisSource final : public Source {
   uint64_t size() const override { return size_; }
   void read_at(uint64_t offset, void* dst, size_t len) override;
   std::string describe() const override;
-  size_t preferred_block() const override { return size_t(16) << 20; }
   // to_redis stores only the tensors its filter kept.
   bool sparse() const override { return true; }
 

@@ -5,11 +5,19 @@
 // calls from several threads.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace tz::io {
+
+// One piece of a scattered read: `len` bytes go to `dst`, or are skipped
+// when `dst` is NULL.
+struct Segment {
+  void* dst;
+  size_t len;
+};
 
 class Source {
  public:
@@ -21,8 +29,15 @@ class Source {
   virtual void read_at(uint64_t offset, void* dst, size_t len) = 0;
   // Where the bytes come from, for error messages (no secrets).
   virtual std::string describe() const = 0;
-  // Preferred size of one read request, and how many may usefully run at once.
-  virtual size_t preferred_block() const { return size_t(8) << 20; }
+  // Reads the consecutive bytes starting at `offset` into `count` segments,
+  // in order; `on_segment(i)` (if set) runs as soon as segment i is complete,
+  // on the calling thread, and may throw to stop the read. Sources that pay
+  // per request serve the whole range with one request.
+  virtual void read_scatter(uint64_t offset, const Segment* segments, size_t count,
+                            const std::function<void(size_t)>& on_segment);
+  // True when each request costs a round trip or more (HTTP, S3): readers
+  // then merge neighbouring tensors into few large requests.
+  virtual bool coalesce_reads() const { return false; }
   // True if parts of the object may be missing (reads of them fail with
   // Errc::truncated), so size() does not bound the offsets a file names.
   virtual bool sparse() const { return false; }
