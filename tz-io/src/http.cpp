@@ -195,12 +195,15 @@ HttpSource::HttpSource(const std::string& url, const HttpOptions& options) : url
     if (!next) throw std::bad_alloc();
     headers_ = next;
   }
-  uint8_t first = 0;
-  const Segment probe{&first, 1};
+  // The size probe also fetches the start of the object: the file header and
+  // metadata index are read from it without further round trips.
+  prefix_.resize(kPrefixBytes);
+  const Segment probe{prefix_.data(), prefix_.size()};
   Cursor cursor(&probe, 1, nullptr);
   try {
-    fetch(0, cursor, 1, true);
+    fetch(0, cursor, prefix_.size(), true);
     if (!size_known_) fail(Errc::io, "The server did not report the size of " + describe());
+    prefix_.resize(size_t(std::min<uint64_t>(size_, prefix_.size())));
   } catch (...) {
     for (Handle* h : pool_) {
       curl_easy_cleanup(h->curl);
@@ -305,7 +308,8 @@ HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& curs
     a.error = "the server answered a different range than requested";
     return a;
   }
-  if (a.received == len && usable) {
+  // A probe may ask for more than a small object holds.
+  if (usable && (a.received == len || (probe_size && size_known_ && offset + a.received == size_))) {
     a.done = true;
     return a;
   }
@@ -342,6 +346,9 @@ void HttpSource::fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_s
     if (a.done) return;
     offset += a.received;
     len -= a.received;
+    // A probe cut short resumes for the object's remaining bytes only.
+    if (size_known_ && offset + len > size_) len = size_t(size_ > offset ? size_ - offset : 0);
+    if (len == 0) return;
     probe_size = probe_size && a.received == 0;
     if (!a.retryable) {
       const std::string where = " (GET " + redact_url(url_) + ")";
@@ -371,7 +378,7 @@ void HttpSource::read_at(uint64_t offset, void* dst, size_t len) {
   }
   const Segment segment{dst, len};
   Cursor cursor(&segment, 1, nullptr);
-  fetch(offset, cursor, len, false);
+  fetch_after_prefix(offset, cursor, len);
 }
 
 void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t count,
@@ -382,7 +389,18 @@ void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t c
     fail(Errc::truncated, "Read past the end of " + describe() + " (" + std::to_string(size_) + " bytes)");
   }
   Cursor cursor(segments, count, &on_segment);
-  if (len > 0) fetch(offset, cursor, size_t(len), false);
+  fetch_after_prefix(offset, cursor, size_t(len));
+}
+
+// Serves what the probe already fetched from memory, then requests the rest.
+void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len) {
+  if (offset < prefix_.size()) {
+    const size_t n = std::min(len, size_t(prefix_.size() - offset));
+    cursor.write(prefix_.data() + offset, n);
+    offset += n;
+    len -= n;
+  }
+  if (len > 0) fetch(offset, cursor, len, false);
 }
 
 }  // namespace tz::io

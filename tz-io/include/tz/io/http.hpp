@@ -63,9 +63,13 @@ class HttpSource final : public Source {
   };
   Attempt attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size);
   void fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size);
+  void fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len);
+
+  static constexpr size_t kPrefixBytes = size_t(1) << 20;
 
   std::string url_;
   HttpOptions options_;
+  std::vector<uint8_t> prefix_;  // the object's first bytes, fetched by the size probe
   uint64_t size_ = 0;
   bool size_known_ = false;
   std::mutex pool_mutex_;
