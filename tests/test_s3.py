@@ -167,6 +167,7 @@ def test_a_failed_save_aborts_the_upload_and_leaves_no_object(s3, clean_env):
         s = TensorSerializer(uri)
         with pytest.raises(OSError, match="403"):
             s.write_state_dict({"big": torch.randn(10 * 1024 * 1024)})  # 40 MiB: part 2 fills mid-write
+            s.close()  # parts upload in the background: the refusal may only surface here
         s.close()
     client = server.client()
     assert client.list_objects_v2(Bucket="bucket", Prefix="written/failed").get("KeyCount", 0) == 0

@@ -232,12 +232,16 @@ void Writer::write(const TensorInput* tensors, size_t count, unsigned threads) {
     }
     sink_->reserve(at + 8);
 
-    // 3. Hash and write the records in parallel, largest first.
+    // 3. Hash and write the records in parallel, largest first so the threads
+    // finish together; in file order for a streaming sink, which uploads what
+    // is complete and must not hold the rest.
     std::vector<size_t> order(count);
     for (size_t k = 0; k < count; ++k) order[k] = k;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return plan[a].entry.data_length > plan[b].entry.data_length;
-    });
+    if (!sink_->streaming()) {
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return plan[a].entry.data_length > plan[b].entry.data_length;
+      });
+    }
     if (threads == 0) threads = options_.num_threads ? options_.num_threads : default_threads();
     parallel_for(count, threads, [&](size_t u) {
       Planned& p = plan[order[u]];

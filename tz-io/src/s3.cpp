@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <set>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -258,12 +261,17 @@ std::string xml_value(const std::string& xml, const std::string& tag) {
   return b == std::string::npos ? "" : xml.substr(start, b - start);
 }
 
+// A multipart upload fed by positional writes. The first part (the file
+// header and metadata index, which the writer patches until the end) is kept
+// in memory and uploaded last; every other part is uploaded, on threads of
+// its own, as soon as all its bytes have been written. Writers that write in
+// file order (streaming() says so) keep only a few parts in memory.
 class S3Sink final : public Sink {
  public:
   S3Sink(S3Target target, const HttpOptions& http, uint64_t part_size)
       : t_(std::move(target)), http_(http), part_size_(part_size) {
     if (part_size_ < (uint64_t(5) << 20)) fail(Errc::invalid_arg, "S3 part size must be at least 5 MiB");
-    const Response r = call("POST", "uploads=", "");
+    const Response r = call("POST", "uploads=", nullptr, 0);
     upload_id_ = xml_value(r.body, "UploadId");
     if (upload_id_.empty()) fail(Errc::io, "S3 did not start a multipart upload for " + describe());
   }
@@ -275,13 +283,15 @@ class S3Sink final : public Sink {
       } catch (...) {
       }
     }
+    stop_uploads(true);
   }
 
   std::string describe() const override { return "s3://" + t_.bucket + "/" + t_.key; }
+  bool streaming() const override { return true; }
 
   void set_rewritable_prefix(uint64_t end) override {
     std::lock_guard<std::mutex> lock(m_);
-    if (!parts_.empty() || !etags_.empty()) {
+    if (!parts_.empty() || !etags_.empty() || in_flight_ > 0) {
       if (end > head_size_) fail(Errc::state, "The S3 head part cannot grow after data parts were written");
     }
     head_size_ = std::max(head_size_, (std::max(end, part_size_) + part_size_ - 1) / part_size_ * part_size_);
@@ -322,8 +332,9 @@ class S3Sink final : public Sink {
         const uint64_t start = head_size_ + (k - 2) * part_size_;
         if (start >= size_) continue;
         data.resize(size_t(std::min<uint64_t>(data.size(), size_ - start)));
-        upload(k, data);
+        enqueue(k, std::move(data));
       }
+      stop_uploads(false);
       head_.resize(size_t(std::min(head_size_, size_)));
       upload(1, head_);
       std::string xml = "<CompleteMultipartUpload>";
@@ -331,7 +342,7 @@ class S3Sink final : public Sink {
         xml += "<Part><PartNumber>" + std::to_string(k) + "</PartNumber><ETag>" + etag + "</ETag></Part>";
       }
       xml += "</CompleteMultipartUpload>";
-      const Response r = call("POST", "uploadId=" + uri_encode(upload_id_, false), xml);
+      const Response r = call("POST", "uploadId=" + uri_encode(upload_id_, false), xml.data(), xml.size());
       if (r.body.find("<Error>") != std::string::npos) {
         fail(Errc::io, "S3 could not complete the upload of " + describe() + ": " + xml_value(r.body, "Message"));
       }
@@ -348,11 +359,21 @@ class S3Sink final : public Sink {
   void abort() override {
     if (done_) return;
     done_ = true;
-    call("DELETE", "uploadId=" + uri_encode(upload_id_, false), "");
+    stop_uploads(true);
+    call("DELETE", "uploadId=" + uri_encode(upload_id_, false), nullptr, 0);
   }
 
  private:
-  // Copies bytes into the head or into part buffers; uploads a part once full.
+  // Parts waiting for or in upload; writers wait beyond this, which bounds memory.
+  static constexpr unsigned kMaxInFlight = 6;
+  static constexpr unsigned kUploaders = 4;
+
+  struct Job {
+    uint64_t part;
+    std::vector<uint8_t> data;
+  };
+
+  // Copies bytes into the head or into part buffers; queues a part once full.
   void put(uint64_t offset, const void* src, size_t len, bool counted) {
     auto* p = static_cast<const uint8_t*>(src);
     while (len > 0) {
@@ -361,6 +382,7 @@ class S3Sink final : public Sink {
       size_t n;
       {
         std::lock_guard<std::mutex> lock(m_);
+        if (upload_error_) std::rethrow_exception(upload_error_);
         if (head_size_ == 0) head_size_ = part_size_;
         if (offset < head_size_) {
           n = size_t(std::min<uint64_t>(len, head_size_ - offset));
@@ -370,11 +392,11 @@ class S3Sink final : public Sink {
           const uint64_t k = 2 + (offset - head_size_) / part_size_;
           const uint64_t start = head_size_ + (k - 2) * part_size_;
           n = size_t(std::min<uint64_t>(len, start + part_size_ - offset));
-          if (etags_.count(int(k))) {
+          if (etags_.count(int(k)) || queued_.count(k)) {
             fail(Errc::state, "Part " + std::to_string(k) + " of " + describe() + " was already uploaded");
           }
           Part& part = parts_[k];
-          if (part.data.empty()) part.data.assign(size_t(part_size_), 0);
+          if (part.data.empty()) part.data = take_buffer();
           std::memcpy(part.data.data() + (offset - start), p, n);
           if (counted) part.filled += n;
           if (part.filled == part_size_) {
@@ -384,23 +406,87 @@ class S3Sink final : public Sink {
           }
         }
       }
-      if (ready_part) upload(ready_part, ready);  // outside the lock: parts upload in parallel
+      if (ready_part) enqueue(ready_part, std::move(ready));
       offset += n;
       p += n;
       len -= n;
     }
   }
 
+  // A zeroed part buffer, reusing one whose upload finished.
+  std::vector<uint8_t> take_buffer() {
+    if (spare_.empty()) return std::vector<uint8_t>(size_t(part_size_), 0);
+    std::vector<uint8_t> b = std::move(spare_.back());
+    spare_.pop_back();
+    b.resize(size_t(part_size_));
+    std::fill(b.begin(), b.end(), 0);
+    return b;
+  }
+
+  void enqueue(uint64_t k, std::vector<uint8_t> data) {
+    std::unique_lock<std::mutex> lock(m_);
+    room_.wait(lock, [&] { return in_flight_ < kMaxInFlight || upload_error_; });
+    if (upload_error_) std::rethrow_exception(upload_error_);
+    if (uploaders_.size() < kUploaders && uploaders_.size() <= in_flight_) {
+      uploaders_.emplace_back([this] { upload_loop(); });
+    }
+    queue_.push_back({k, std::move(data)});
+    queued_.insert(k);
+    ++in_flight_;
+    work_.notify_one();
+  }
+
+  void upload_loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      work_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        upload(job.part, job.data);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error && !upload_error_) upload_error_ = error;
+      if (spare_.size() < kMaxInFlight) spare_.push_back(std::move(job.data));
+      --in_flight_;
+      room_.notify_all();
+    }
+  }
+
+  // Waits for the queued uploads (or drops them) and joins the uploaders.
+  void stop_uploads(bool discard) {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (discard) {
+        in_flight_ -= unsigned(queue_.size());
+        queue_.clear();
+      }
+      stopping_ = true;
+      threads.swap(uploaders_);
+    }
+    work_.notify_all();
+    for (auto& t : threads) t.join();
+    std::lock_guard<std::mutex> lock(m_);
+    stopping_ = false;
+    if (upload_error_ && !discard) std::rethrow_exception(upload_error_);
+  }
+
   void upload(uint64_t k, const std::vector<uint8_t>& data) {
     const std::string query = "partNumber=" + std::to_string(k) + "&uploadId=" + uri_encode(upload_id_, false);
-    const Response r = call("PUT", query, std::string(reinterpret_cast<const char*>(data.data()), data.size()));
+    const Response r = call("PUT", query, data.data(), data.size());
     if (r.etag.empty()) fail(Errc::io, "S3 returned no ETag for part " + std::to_string(k) + " of " + describe());
     std::lock_guard<std::mutex> lock(m_);
     etags_[int(k)] = r.etag;
   }
 
   // One signed request with a body, retried on transient failures.
-  Response call(const std::string& method, const std::string& query, const std::string& body) {
+  Response call(const std::string& method, const std::string& query, const void* body, size_t body_len) {
     unsigned delay = http_.backoff_ms;
     for (unsigned attempt = 1;; ++attempt) {
       Response r;
@@ -419,8 +505,8 @@ class S3Sink final : public Sink {
       curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
       apply_connection_options(c, http_);
       if (method != "DELETE") {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.data());
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.size()));
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body_len ? body : "");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body_len));
       }
       curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect_body);
       curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
@@ -476,6 +562,14 @@ class S3Sink final : public Sink {
   std::vector<uint8_t> head_;
   std::map<uint64_t, Part> parts_;
   std::map<int, std::string> etags_;
+  std::deque<Job> queue_;
+  std::set<uint64_t> queued_;  // parts handed to the uploaders
+  std::vector<std::thread> uploaders_;
+  std::vector<std::vector<uint8_t>> spare_;
+  std::condition_variable work_, room_;
+  unsigned in_flight_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr upload_error_;
   uint64_t size_ = 0;
   uint64_t marker_offset_ = 0;
   std::vector<uint8_t> marker_;

@@ -60,6 +60,9 @@ class Sink {
   virtual void set_rewritable_prefix(uint64_t end) { (void)end; }
   // Writes an end marker, which the next write call overwrites.
   virtual void write_marker(uint64_t offset, const void* src, size_t len) { write_at(offset, src, len); }
+  // True when the sink sends data on as soon as a region is complete (an S3
+  // multipart upload): writers then write in file order to keep it moving.
+  virtual bool streaming() const { return false; }
   // Gives up after a failed save: a sink that can (S3) leaves no object behind.
   virtual void abort() { close(); }
 };
