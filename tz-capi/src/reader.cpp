@@ -416,7 +416,7 @@ void Reader::read_coalesced(const ReadRequest* reqs, size_t count, bool verify, 
   for (size_t p = 0; p < pieces.size(); ++p) {
     const Piece& piece = pieces[p];
     const bool fresh = spans.empty() || piece.offset < span_end || piece.offset - span_end > kMaxGap ||
-                       (span_bytes > 0 && span_bytes + piece.len > target);
+                       span_bytes >= target;
     if (fresh) {
       spans.emplace_back();
       spans.back().offset = piece.offset;
