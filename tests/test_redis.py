@@ -92,6 +92,22 @@ def test_to_redis_then_load(tmp_path, redis_server, encrypted):
         assert f.read(73) == data[:73]
 
 
+def test_pipelined_reads_beyond_the_window(tmp_path, redis_server):
+    # 60 MiB in 61 tensors on one reader: the GETRANGEs of one request run
+    # ahead of their replies in windows of 32 MiB.
+    g = torch.Generator().manual_seed(11)
+    sd = {f"w{i}": torch.randn(256 * 1024, generator=g) for i in range(60)}
+    sd["tail"] = torch.arange(3)
+    path = tmp_path / "p.tensors"
+    with TensorSerializer(path) as s:
+        s.write_state_dict(sd)
+    with TensorDeserializer(path, lazy_load=True) as t:
+        t.to_redis(redis_server.client(), "pipelined")
+    with TensorDeserializer(redis_server.uri("pipelined"), num_readers=1, verify_hash=True) as t:
+        for k, v in sd.items():
+            assert torch.equal(t[k], v), k
+
+
 def test_force_and_filter(tmp_path, redis_server):
     path = tmp_path / "f.tensors"
     with TensorSerializer(path) as s:
@@ -103,6 +119,9 @@ def test_force_and_filter(tmp_path, redis_server):
     assert [k.split(":")[1] for k in keys] == ["a", "a", "header"]
     with TensorDeserializer(redis_server.uri("filtered"), filter_func=lambda n: n == "a") as t:
         assert torch.equal(t["a"], torch.ones(3))
+    # Asking for the tensor that was left out is an error, not zeros.
+    with pytest.raises(ValueError, match="not stored"):  # a truncated source, as for files
+        TensorDeserializer(redis_server.uri("filtered"))
     # Without force an existing tensor is left as it is.
     header_key = next(k for k in keys if k.startswith("filtered:a:") and client.strlen(k) > 20)
     client.set(header_key, client.get(header_key))

@@ -212,49 +212,94 @@ void RedisSource::release(redisContext* c) {
   pool_.push_back(c);
 }
 
-void RedisSource::read_at(uint64_t offset, void* dst, size_t len) {
-  if (len == 0) return;
+void RedisSource::plan(uint64_t offset, uint8_t* dst, uint64_t len, std::vector<Range>& out) const {
   if (offset > size_ || len > size_ - offset) {
-    fail(Errc::truncated, "Read past the end of " + describe() + " (" + std::to_string(size_) + " bytes)");
+    fail(Errc::truncated, "No key of " + describe() + " covers offset " + std::to_string(std::max(offset, size_)) +
+                              " (a tensor not stored there?)");
   }
-  auto* out = static_cast<uint8_t*>(dst);
   // The last slice starting at or before `offset`.
   auto it = std::upper_bound(slices_.begin(), slices_.end(), offset,
                              [](uint64_t off, const Slice& s) { return off < s.offset; });
+  uint64_t pos = offset;
+  const uint64_t end = offset + len;
+  while (pos < end) {
+    if (it == slices_.begin()) fail(Errc::truncated, "No key of " + describe() + " covers offset " + std::to_string(pos));
+    const Slice& s = *std::prev(it);
+    if (pos >= s.offset + s.length) {
+      fail(Errc::truncated, "No key of " + describe() + " covers offset " + std::to_string(pos) +
+                                " (a tensor not stored there?)");
+    }
+    const uint64_t n = std::min(end, s.offset + s.length) - pos;
+    out.push_back({&s, pos - s.offset, n, dst + (pos - offset)});
+    pos += n;
+    if (pos < end && it != slices_.end() && pos >= it->offset) ++it;
+  }
+}
+
+// Sends GETRANGEs ahead of the replies, at most kWindow bytes outstanding
+// (the server buffers what is sent ahead), and copies each reply into place.
+void RedisSource::run(const std::vector<Range>& ranges, const std::function<void(size_t)>& on_range) {
+  constexpr uint64_t kWindow = uint64_t(32) << 20;
   redisContext* c = acquire();
+  size_t sent = 0, received = 0;
+  uint64_t outstanding = 0;
   try {
-    uint64_t pos = offset;
-    const uint64_t end = offset + len;
-    while (pos < end) {
-      if (it == slices_.begin()) fail(Errc::truncated, "No key of " + describe() + " covers offset " + std::to_string(pos));
-      const Slice& s = *std::prev(it);
-      if (pos >= s.offset + s.length) {
-        fail(Errc::truncated, "No key of " + describe() + " covers offset " + std::to_string(pos) +
-                                  " (a tensor not stored there?)");
+    while (received < ranges.size()) {
+      while (sent < ranges.size() && (sent == received || outstanding + ranges[sent].len <= kWindow)) {
+        const Range& r = ranges[sent++];
+        const std::string from = std::to_string(r.from), to = std::to_string(r.from + r.len - 1);
+        redisAppendCommand(c, "GETRANGE %b %s %s", r.slice->key.data(), r.slice->key.size(), from.c_str(), to.c_str());
+        outstanding += r.len;
       }
-      const uint64_t a = pos - s.offset;
-      const uint64_t b = std::min(end, s.offset + s.length) - s.offset;  // exclusive
-      const std::string from = std::to_string(a), to = std::to_string(b - 1);
-      Reply r(static_cast<redisReply*>(
-          redisCommand(c, "GETRANGE %b %s %s", s.key.data(), s.key.size(), from.c_str(), to.c_str())));
-      if (!r) {
-        const std::string why = c->errstr;
-        redisFree(c);
-        c = nullptr;
-        fail(Errc::io, "Redis connection to " + describe() + " failed: " + why);
+      void* raw = nullptr;
+      if (redisGetReply(c, &raw) != REDIS_OK) {
+        fail(Errc::io, "Redis connection to " + describe() + " failed: " + c->errstr);
       }
-      if (r->type != REDIS_REPLY_STRING || uint64_t(r->len) != b - a) {
-        fail(Errc::truncated, "Key '" + s.key + "' changed while being read");
+      Reply reply(static_cast<redisReply*>(raw));
+      const Range& r = ranges[received++];
+      outstanding -= r.len;
+      if (reply->type != REDIS_REPLY_STRING || uint64_t(reply->len) != r.len) {
+        fail(Errc::truncated, "Key '" + r.slice->key + "' changed while being read");
       }
-      std::memcpy(out + (pos - offset), r->str, r->len);
-      pos += b - a;
-      if (pos < end && it != slices_.end() && pos >= it->offset) ++it;
+      std::memcpy(r.dst, reply->str, size_t(r.len));
+      if (on_range) on_range(received - 1);
     }
   } catch (...) {
-    if (c) release(c);
+    // Replies may still be on their way: this connection cannot be reused.
+    if (received == sent) release(c);
+    else redisFree(c);
     throw;
   }
   release(c);
+}
+
+void RedisSource::read_at(uint64_t offset, void* dst, size_t len) {
+  if (len == 0) return;
+  std::vector<Range> ranges;
+  plan(offset, static_cast<uint8_t*>(dst), len, ranges);
+  run(ranges, nullptr);
+}
+
+void RedisSource::read_scatter(uint64_t offset, const Segment* segments, size_t count,
+                               const std::function<void(size_t)>& on_segment) {
+  // Every range first, so a missing key fails before anything is sent.
+  std::vector<Range> ranges;
+  std::vector<size_t> ranges_before(count + 1, 0);  // ranges of segments [0, i)
+  for (size_t i = 0; i < count; ++i) {
+    if (segments[i].dst && segments[i].len) plan(offset, static_cast<uint8_t*>(segments[i].dst), segments[i].len, ranges);
+    offset += segments[i].len;
+    ranges_before[i + 1] = ranges.size();
+  }
+  // A segment is complete once all ranges up to its last have arrived.
+  size_t next = 0;
+  auto complete_up_to = [&](size_t ranges_done) {
+    while (next < count && ranges_before[next + 1] <= ranges_done) {
+      if (on_segment) on_segment(next);
+      ++next;
+    }
+  };
+  complete_up_to(0);
+  run(ranges, [&](size_t r) { complete_up_to(r + 1); });
 }
 
 }  // namespace tz::io

@@ -2,7 +2,8 @@
 // Redis source (hiredis): a tensorizer file stored as slices under
 // "{prefix}:{name}:{offset}" keys, upstream's to_redis layout (FORMAT.md
 // §8.9). The slices are found with SCAN, sized with STRLEN and read with
-// binary-safe GETRANGE commands, one pooled connection per concurrent reader.
+// binary-safe GETRANGE commands (pipelined), one pooled connection per
+// concurrent reader.
 // Zero-length slices are ignored, so empty and meta tensors read back.
 #include <cstdint>
 #include <mutex>
@@ -34,6 +35,10 @@ class RedisSource final : public Source {
 
   uint64_t size() const override { return size_; }
   void read_at(uint64_t offset, void* dst, size_t len) override;
+  // Pipelined GETRANGEs on one connection, a bounded number of bytes ahead.
+  void read_scatter(uint64_t offset, const Segment* segments, size_t count,
+                    const std::function<void(size_t)>& on_segment) override;
+  bool coalesce_reads() const override { return true; }
   std::string describe() const override;
   // to_redis stores only the tensors its filter kept.
   bool sparse() const override { return true; }
@@ -48,6 +53,15 @@ class RedisSource final : public Source {
   redisContext* acquire();
   void release(redisContext* c);
   void discover(redisContext* c);
+  // One GETRANGE: `len` bytes of `slice` from `from`, into `dst`.
+  struct Range {
+    const Slice* slice;
+    uint64_t from, len;
+    uint8_t* dst;
+  };
+  // The GETRANGEs that read [offset, offset + len) into dst (throws if no key covers a byte).
+  void plan(uint64_t offset, uint8_t* dst, uint64_t len, std::vector<Range>& out) const;
+  void run(const std::vector<Range>& ranges, const std::function<void(size_t)>& on_range);
 
   RedisLocation loc_;
   unsigned connect_timeout_ms_;
