@@ -5,13 +5,14 @@ modules and state dicts, backed by the native libtensorizer library.
 API-compatible with the Python tensorizer 2.12.1 package.
 """
 
-from . import serialization, stream_io, utils
+from . import serialization, stream_io, torch_compat, utils
 from ._version import __version__
 from .serialization import *  # noqa: F401,F403
 
 __all__ = [
     *serialization.__all__,
     "stream_io",
+    "torch_compat",
     "utils",
 ]
 
