@@ -15,14 +15,18 @@ setup:
 upstream: setup
 	bash scripts/setup-upstream.sh
 
+# tz-torch builds against the libtorch inside .venv's torch wheel, when there is one.
 build: setup
-	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+	tp=$$($(PY) -c "import torch; print(torch.utils.cmake_prefix_path)" 2>/dev/null); \
+	  $(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release $${tp:+-DCMAKE_PREFIX_PATH=$$tp} >/dev/null
 	$(CMAKE) --build build -j $(JOBS)
 	$(MAKE) --no-print-directory python
 
-# The Python package loads the C library from its own directory.
+# The Python package loads the C library from its own directory. Replaced by
+# rename, never rewritten in place: a running process may have it mapped.
 python:
-	cp -L $(LIBFILE) tz-python/tensorizer/libtensorizer.so.0
+	cp -L $(LIBFILE) tz-python/tensorizer/libtensorizer.so.0.tmp
+	mv -f tz-python/tensorizer/libtensorizer.so.0.tmp tz-python/tensorizer/libtensorizer.so.0
 	@$(PY) -c "import tensorizer, sys; sys.exit(0 if tensorizer.__file__.startswith('$(CURDIR)/tz-python') else 1)" 2>/dev/null \
 	  || $(PY) -m pip install -q --no-deps -e tz-python
 
@@ -31,7 +35,7 @@ test-cpp: build
 
 # The C++ tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: setup
-	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTZ_SANITIZE=address,undefined >/dev/null
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTZ_SANITIZE=address,undefined -DTZ_WITH_TORCH=OFF >/dev/null
 	$(CMAKE) --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure
 
