@@ -244,6 +244,8 @@ HttpSource::Handle* HttpSource::acquire() {
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+  // Bigger receive chunks: fewer callbacks and system calls per byte.
+  curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
   return h.release();
 }
 
