@@ -31,11 +31,7 @@ imported at module level.
 """
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import subprocess
 import sys
 import time
 
@@ -101,9 +97,7 @@ def worker_save(spec):
 
 def worker_load(spec):
     import torch  # noqa: F401  (imported before timing, like bench_local)
-    from tensorizer import TensorDeserializer
 
-    info = bl._tz_module_info()
     kwargs = dict(device="cpu", lazy_load=False)
     if spec.get("key"):
         from tensorizer import DecryptionParams
@@ -113,31 +107,7 @@ def worker_load(spec):
         kwargs["num_readers"] = spec["num_readers"]
     if spec.get("verify_hash"):
         kwargs["verify_hash"] = True
-    if spec.get("prewarm_mib"):
-        bl._prewarm_memory(spec["prewarm_mib"] << 20)
-    hwm_reset = _reset_peak_rss()
-    base = bl._current_rss_kib()
-    t0 = time.perf_counter()
-    deser = TensorDeserializer(spec["path"], **kwargs)
-    items = list(deser.items())
-    dt = time.perf_counter() - t0
-    peak = bl._peak_rss_kib()
-    nbytes = sum(t.numel() * t.element_size() for _, t in items)
-    fp, _, count = bl.fingerprint_state_dict(items)  # after timing
-    try:
-        deser.close()
-    except Exception:
-        pass
-    return dict(
-        info,
-        seconds=dt,
-        bytes=nbytes,
-        tensors=count,
-        fingerprint=fp,
-        rss_base_kib=base,
-        rss_peak_kib=peak,
-        hwm_reset=hwm_reset,
-    )
+    return bl.timed_load(spec["path"], kwargs, spec.get("prewarm_mib"))
 
 
 def _load_sodium():
@@ -440,10 +410,7 @@ def main(argv=None):
         c = [(k, best[k]) for k in keys_ if best.get(k)]
         return min(c, key=lambda kv: kv[1]["seconds"]) if c else (None, None)
 
-    def tput_ratio(a, b):
-        if a is None or b is None:
-            return None
-        return (a["bytes"] / a["seconds"]) / (b["bytes"] / b["seconds"])
+    tput_ratio = bl.throughput_ratio
 
     def gbs(b):
         return None if b is None else b["bytes"] / b["seconds"] / 1e9
@@ -451,10 +418,8 @@ def main(argv=None):
     ratios = []
     up_best_keys = set()
 
-    def add_ratio(name, value, target, note, unit="x"):
-        ratios.append(dict(name=name, value=value, target=target, note=note,
-                           unit=unit, status=None if value is None else
-                           ("PASS" if value >= target else "MISS")))
+    def add_ratio(name, value, target, note):
+        ratios.append(bl.target_row(name, value, target, note))
 
     add_ratio("enc save ours / upstream",
               tput_ratio(best["save.ours.enc"], best["save.upstream.enc"]), 3.0,
@@ -481,28 +446,14 @@ def main(argv=None):
     add_ratio(f"enc load / raw secretbox_open [{lmode}]", dec_ratio, 0.80,
               f"ours encrypted load, no verify, vs {max(threads)}-thread "
               "crypto_secretbox_open_detached over the same bytes")
-    rss = None
-    cb = best.get("load.ours.enc.cold")
-    limit_mib = data_bytes / MiB + 256
-    if cb is not None:
-        rss = (cb["rss_peak_kib"] - cb["rss_base_kib"]) / 1024
-    ratios.append(dict(
-        name="enc load ours peak RSS delta", value=rss, target=limit_mib, unit="MiB",
-        note=f"cold; must be < checkpoint {data_bytes / MiB:.0f} MiB + 256 MiB",
-        status=None if rss is None else ("PASS" if rss < limit_mib else "MISS")))
+    ratios.append(bl.rss_target("enc load ours peak RSS delta", best.get("load.ours.enc.cold"),
+                                data_bytes, "cold"))
 
     # ---- print -------------------------------------------------------------
-    def first_info(keys_):
-        for k in keys_:
-            for x in results.get(k, []):
-                if x.get("ok") and x.get("module"):
-                    return x
-        return {}
-
-    info_ours = first_info(["save.ours.enc", "save.ours.plain"]
-                           + [k for k, *_ in loads if ".ours." in k])
-    info_up = first_info(["save.upstream.enc"]
-                         + [k for k, *_ in loads if ".upstream." in k])
+    info_ours = bl.first_info(results, ["save.ours.enc", "save.ours.plain"]
+                              + [k for k, *_ in loads if ".ours." in k])
+    info_up = bl.first_info(results, ["save.upstream.enc"]
+                            + [k for k, *_ in loads if ".upstream." in k])
     print()
     print(f"checkpoint: {man['tensors']} fp16 tensors, "
           f"{data_bytes / GiB:.3f} GiB data (d={man['hidden']}, "
@@ -576,58 +527,20 @@ def main(argv=None):
           f"{'n/a' if ceil_save is None else f'{ceil_save:.2f}x'} (raw "
           f"secretbox_seal / upstream's encrypted save; ignores the write itself)")
     print()
-    print("targets:")
-    for x in ratios:
-        if x["value"] is None:
-            print(f"  {x['name']:<40} {'n/a':>8}   FAILED      ({x['note']})")
-        elif x["unit"] == "MiB":
-            print(f"  {x['name']:<40} {x['value']:>7.0f}M   < {x['target']:.0f}M  "
-                  f"{x['status']}  ({x['note']})")
-        else:
-            print(f"  {x['name']:<40} {x['value']:>7.2f}x   >= {x['target']:.2f}x  "
-                  f"{x['status']}  ({x['note']})")
-    mism = [k for k, v in best.items() if v and k.startswith("load.")
-            and "fingerprint" in v and v["fingerprint"] != ref_fp]
-    if mism:
-        print(f"  WARNING: loaded data differs from the reference in: {mism}")
+    bl.print_targets(ratios, best, results, ref_fp, width=40)
     nohwm = [k for k, v in best.items() if v and v.get("hwm_reset") is False]
     if nohwm:
         print(f"  note: peak RSS could not be reset in {nohwm}; their peak "
               "includes imports/prewarm")
 
-    # ---- JSON --------------------------------------------------------------
-    out = dict(
-        timestamp=datetime.datetime.now().isoformat(timespec="seconds"),
-        host=dict(cpus=ncpu, platform=platform.platform(),
-                  python=sys.version.split()[0]),
-        args=dict(vars(args), worker=None),
-        checkpoint=man,
-        prewarm_mib=prewarm_mib,
-        sodium_version=sodium_version,
-        peers=dict(ours=dict(python=ours.python, pythonpath=ours.pythonpath,
-                             **{k: info_ours.get(k) for k in ("module", "version")}),
-                   upstream=dict(python=upstream.python,
-                                 **{k: info_up.get(k) for k in ("module", "version")})),
-        best={k: (None if v is None else dict(
-            seconds=v["seconds"], gb_per_s=v["bytes"] / v["seconds"] / 1e9,
-            rss_delta_mib=(v["rss_peak_kib"] - v["rss_base_kib"]) / 1024,
-            rss_peak_mib=v["rss_peak_kib"] / 1024,
-            data_ok=(v.get("fingerprint") == ref_fp) if "fingerprint" in v else None))
-            for k, v in best.items()},
-        decryption_vs_raw=dict(mode=lmode, enc_load_gbs=g_enc, plain_load_gbs=g_plain,
-                               raw_open_gbs=g_raw, raw_open_1t_gbs=g_raw1,
-                               raw_threads=max(threads), ratio=dec_ratio,
-                               ceiling_vs_upstream=ceil,
-                               save_ceiling_vs_upstream=ceil_save,
-                               enc_over_plain=share),
-        ratios=ratios,
-        runs=results,
-    )
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
-            json.dump(out, fh, indent=1)
-        print(f"\nwrote {args.out}")
+    bl.write_report(args.out, args, man, (ours, upstream), (info_ours, info_up), best, ref_fp,
+                    ratios, results, prewarm_mib=prewarm_mib, sodium_version=sodium_version,
+                    decryption_vs_raw=dict(mode=lmode, enc_load_gbs=g_enc, plain_load_gbs=g_plain,
+                                           raw_open_gbs=g_raw, raw_open_1t_gbs=g_raw1,
+                                           raw_threads=max(threads), ratio=dec_ratio,
+                                           ceiling_vs_upstream=ceil,
+                                           save_ceiling_vs_upstream=ceil_save,
+                                           enc_over_plain=share))
     if not args.keep_files:
         for p in written:
             if os.path.exists(p):

@@ -32,10 +32,7 @@ at module level.
 """
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -60,44 +57,15 @@ CURL = shutil.which("curl") or "/usr/bin/curl"
 # --------------------------------------------------------------------------
 
 
-_reset_peak_rss = bl.reset_peak_rss
-
-
 def worker_load(spec):
     import torch  # noqa: F401  (imported before timing, like bench_local)
-    from tensorizer import TensorDeserializer
 
-    info = bl._tz_module_info()
     kwargs = dict(device="cpu", lazy_load=False)
     if spec.get("num_readers") is not None:
         kwargs["num_readers"] = spec["num_readers"]
     if spec.get("verify_hash"):
         kwargs["verify_hash"] = True
-    if spec.get("prewarm_mib"):
-        bl._prewarm_memory(spec["prewarm_mib"] << 20)
-    hwm_reset = _reset_peak_rss()
-    base = bl._current_rss_kib()
-    t0 = time.perf_counter()
-    deser = TensorDeserializer(spec["url"], **kwargs)
-    items = list(deser.items())
-    dt = time.perf_counter() - t0
-    peak = bl._peak_rss_kib()
-    nbytes = sum(t.numel() * t.element_size() for _, t in items)
-    fp, _, count = bl.fingerprint_state_dict(items)  # after timing
-    try:
-        deser.close()
-    except Exception:
-        pass
-    return dict(
-        info,
-        seconds=dt,
-        bytes=nbytes,
-        tensors=count,
-        fingerprint=fp,
-        rss_base_kib=base,
-        rss_peak_kib=peak,
-        hwm_reset=hwm_reset,
-    )
+    return bl.timed_load(spec["url"], kwargs, spec.get("prewarm_mib"))
 
 
 def worker_curl(spec):
@@ -318,12 +286,9 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, data_bytes, ref_fp,
         best[k] = bl.best_of(results[k])
 
     # ---- ratios ------------------------------------------------------------
-    def tput_ratio(a, b):
-        # Throughput of a over throughput of b (bytes/s; the curl rows count the
-        # file's bytes, the loads the tensor data, which is ~all of the file).
-        if a is None or b is None:
-            return None
-        return (a["bytes"] / a["seconds"]) / (b["bytes"] / b["seconds"])
+    # Throughputs (bytes/s): the curl rows count the file's bytes, the loads the
+    # tensor data, which is ~all of the file.
+    tput_ratio = bl.throughput_ratio
 
     curl1 = best.get("curl.r1")
     curl_same_key = None if ours_n in (None, 1) else f"curl.r{ours_n}"
@@ -331,10 +296,8 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, data_bytes, ref_fp,
     curl_key, curl_best = best_group(["curl.r1"] + [f"curl.r{n}" for n in sweep if n > 1])
     ratios = []
 
-    def add_ratio(name, value, target, note, unit="x"):
-        ratios.append(dict(name=name, value=value, target=target, note=note, unit=unit,
-                           status=None if value is None or target is None else
-                           ("PASS" if value >= target else "MISS")))
+    def add_ratio(name, value, target, note):
+        ratios.append(bl.target_row(name, value, target, note))
 
     add_ratio("load ours-best / upstream-best", tput_ratio(ok_best, up_best), 2.0,
               f"{ok_key} vs {up_key}")
@@ -347,25 +310,11 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, data_bytes, ref_fp,
               f"vs {curl_same_key or 'curl.r1'} (info)")
     add_ratio("load ours-best / curl best", tput_ratio(ok_best, curl_best), None,
               f"vs {curl_key} (info)")
-    rss = None
-    limit_mib = data_bytes / MiB + 256
-    if ok_best is not None:
-        rss = (ok_best["rss_peak_kib"] - ok_best["rss_base_kib"]) / 1024
-    ratios.append(dict(
-        name="load ours peak RSS delta", value=rss, target=limit_mib, unit="MiB",
-        note=f"{ok_key}; must be < checkpoint {data_bytes / MiB:.0f} MiB + 256 MiB",
-        status=None if rss is None else ("PASS" if rss < limit_mib else "MISS")))
+    ratios.append(bl.rss_target("load ours peak RSS delta", ok_best, data_bytes, ok_key))
 
     # ---- print -------------------------------------------------------------
-    def first_info(keys_):
-        for k in keys_:
-            for x in results.get(k, []):
-                if x.get("ok") and x.get("module"):
-                    return x
-        return {}
-
-    info_ours = first_info(ours_keys + ["save.ours"])
-    info_up = first_info([f"load.upstream.r{n}" for n in sweep] + ["save.upstream"])
+    info_ours = bl.first_info(results, ours_keys + ["save.ours"])
+    info_up = bl.first_info(results, [f"load.upstream.r{n}" for n in sweep] + ["save.upstream"])
     print()
     print(f"checkpoint: {man['tensors']} fp16 tensors, {data_bytes / GiB:.3f} GiB data "
           f"(d={man['hidden']}, layers={man['layers']}, vocab={man['vocab']}); "
@@ -399,57 +348,13 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, data_bytes, ref_fp,
             line += "  <- best curl"
         print(line)
     print()
-    print("targets:")
-    for x in ratios:
-        tgt = "" if x["target"] is None else (
-            f"< {x['target']:.0f}M" if x["unit"] == "MiB" else f">= {x['target']:.2f}x")
-        st = x["status"] or ""
-        if x["value"] is None:
-            print(f"  {x['name']:<34} {'n/a':>8}   FAILED      ({x['note']})")
-        elif x["unit"] == "MiB":
-            print(f"  {x['name']:<34} {x['value']:>7.0f}M   {tgt:<9} {st:<4}  "
-                  f"({x['note']})")
-        else:
-            print(f"  {x['name']:<34} {x['value']:>7.2f}x   {tgt:<9} {st:<4}  "
-                  f"({x['note']})")
-    mism = [k for k, v in best.items() if v and k.startswith("load.")
-            and "fingerprint" in v and v["fingerprint"] != ref_fp]
-    if mism:
-        print(f"  WARNING: loaded data differs from the reference in: {mism}")
-    failed = sorted(k for k, v in results.items() if any(not x.get("ok") for x in v))
-    if failed:
-        print(f"  runs that failed (see JSON for errors): {failed}")
+    bl.print_targets(ratios, best, results, ref_fp)
 
-    # ---- JSON --------------------------------------------------------------
-    out = dict(
-        timestamp=datetime.datetime.now().isoformat(timespec="seconds"),
-        host=dict(cpus=ncpu, platform=platform.platform(),
-                  python=sys.version.split()[0]),
-        args=dict(vars(args), worker=None),
-        checkpoint=man,
-        files=dict(ours=_size_bytes(f_ours), upstream=_size_bytes(f_up)),
-        server=dict(nginx=servers_version(), port=nginx.port, curl=CURL),
-        peers=dict(ours=dict(python=ours.python, pythonpath=ours.pythonpath,
-                             **{k: info_ours.get(k) for k in ("module", "version")}),
-                   upstream=dict(python=upstream.python,
-                                 **{k: info_up.get(k) for k in ("module", "version")})),
-        best={k: (None if v is None else dict(
-            seconds=v["seconds"], gb_per_s=v["bytes"] / v["seconds"] / 1e9,
-            rss_delta_mib=(v["rss_peak_kib"] - v["rss_base_kib"]) / 1024,
-            rss_peak_mib=v["rss_peak_kib"] / 1024,
-            data_ok=(v.get("fingerprint") == ref_fp) if "fingerprint" in v else None))
-            for k, v in best.items()},
-        best_ours_load=ok_key,
-        best_upstream_load=up_key,
-        best_curl=curl_key,
-        ratios=ratios,
-        runs=results,
-    )
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
-            json.dump(out, fh, indent=1)
-        print(f"\nwrote {args.out}")
+    bl.write_report(args.out, args, man, (ours, upstream), (info_ours, info_up), best, ref_fp,
+                    ratios, results,
+                    files=dict(ours=_size_bytes(f_ours), upstream=_size_bytes(f_up)),
+                    server=dict(nginx=servers_version(), port=nginx.port, curl=CURL),
+                    best_ours_load=ok_key, best_upstream_load=up_key, best_curl=curl_key)
     return 0
 
 

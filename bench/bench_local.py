@@ -266,6 +266,32 @@ def worker_load(spec):
     )
 
 
+def timed_load(source, kwargs, prewarm_mib=None):
+    """The load measurement the bench workers share: (prewarm), reset the
+    peak RSS, then time TensorDeserializer(source, **kwargs) and its items();
+    `source` may be a callable that opens it (timed too)."""
+    from tensorizer import TensorDeserializer
+
+    info = _tz_module_info()
+    if prewarm_mib:
+        _prewarm_memory(prewarm_mib << 20)
+    hwm_reset = reset_peak_rss()
+    base = _current_rss_kib()
+    t0 = time.perf_counter()
+    deser = TensorDeserializer(source() if callable(source) else source, **kwargs)
+    items = list(deser.items())
+    dt = time.perf_counter() - t0
+    peak = _peak_rss_kib()
+    nbytes = sum(t.numel() * t.element_size() for _, t in items)
+    fp, _, count = fingerprint_state_dict(items)  # after timing
+    try:
+        deser.close()
+    except Exception:
+        pass
+    return dict(info, seconds=dt, bytes=nbytes, tensors=count, fingerprint=fp,
+                rss_base_kib=base, rss_peak_kib=peak, hwm_reset=hwm_reset)
+
+
 def serve_worker(spec_json, handlers, before=None):
     """Worker entry shared by the bench scripts: runs handlers[spec["kind"]]
     and prints its result (or the error) on one tagged line."""
@@ -311,6 +337,97 @@ def reset_peak_rss():
 # --------------------------------------------------------------------------
 # Driver side
 # --------------------------------------------------------------------------
+
+
+def throughput_ratio(a, b):
+    """Throughput of run a over run b (bytes per second each), or None."""
+    if a is None or b is None:
+        return None
+    return (a["bytes"] / a["seconds"]) / (b["bytes"] / b["seconds"])
+
+
+def target_row(name, value, target, note, unit="x"):
+    """One row of the targets table (value >= target passes)."""
+    return dict(name=name, value=value, target=target, note=note, unit=unit,
+                status=None if value is None or target is None else
+                ("PASS" if value >= target else "MISS"))
+
+
+def first_info(results, keys):
+    """The first successful run among `keys` that reports its tensorizer module."""
+    for k in keys:
+        for x in results.get(k, []):
+            if x.get("ok") and x.get("module"):
+                return x
+    return {}
+
+
+def rss_target(name, row, data_bytes, note):
+    """The peak-RSS target row: `row`'s RSS growth under checkpoint + 256 MiB."""
+    limit_mib = data_bytes / MiB + 256
+    rss = None if row is None else (row["rss_peak_kib"] - row["rss_base_kib"]) / 1024
+    return dict(name=name, value=rss, target=limit_mib, unit="MiB",
+                note=f"{note}; must be < checkpoint {data_bytes / MiB:.0f} MiB + 256 MiB",
+                status=None if rss is None else ("PASS" if rss < limit_mib else "MISS"))
+
+
+def print_targets(ratios, best, results, ref_fp, width=34):
+    """The "targets:" block, then warnings for data mismatches and failed runs."""
+    print("targets:")
+    for x in ratios:
+        tgt = "" if x["target"] is None else (
+            f"< {x['target']:.0f}M" if x.get("unit") == "MiB" else f">= {x['target']:.2f}x")
+        st = x["status"] or ""
+        if x["value"] is None:
+            print(f"  {x['name']:<{width}} {'n/a':>8}   FAILED      ({x['note']})")
+        elif x.get("unit") == "MiB":
+            print(f"  {x['name']:<{width}} {x['value']:>7.0f}M   {tgt:<9} {st:<4}  ({x['note']})")
+        else:
+            print(f"  {x['name']:<{width}} {x['value']:>7.2f}x   {tgt:<9} {st:<4}  ({x['note']})")
+    mism = [k for k, v in best.items() if v and k.startswith("load.")
+            and "fingerprint" in v and v["fingerprint"] != ref_fp]
+    if mism:
+        print(f"  WARNING: loaded data differs from the reference in: {mism}")
+    failed = sorted(k for k, v in results.items() if any(not x.get("ok") for x in v))
+    if failed:
+        print(f"  runs that failed (see JSON for errors): {failed}")
+
+
+def write_report(path, args, man, peers, infos, best, ref_fp, ratios, results, **extra):
+    """Writes the JSON every bench script produces: host, arguments,
+    checkpoint, peers, best rows, ratios and every run, plus `extra`."""
+    if not path:
+        return
+    rows = {}
+    for k, v in best.items():
+        if v is None:
+            rows[k] = None
+            continue
+        rows[k] = dict(
+            seconds=v["seconds"], gb_per_s=v["bytes"] / v["seconds"] / 1e9,
+            rss_delta_mib=(v["rss_peak_kib"] - v["rss_base_kib"]) / 1024,
+            rss_peak_mib=v["rss_peak_kib"] / 1024,
+            data_ok=(v.get("fingerprint") == ref_fp) if "fingerprint" in v else None)
+        if "object_bytes" in v:
+            rows[k]["object_bytes"] = v["object_bytes"]
+    out = dict(
+        timestamp=datetime.datetime.now().isoformat(timespec="seconds"),
+        host=dict(cpus=os.cpu_count(), platform=platform.platform(),
+                  python=sys.version.split()[0]),
+        args=dict(vars(args), worker=None),
+        checkpoint=man,
+        peers={p.name: dict(python=p.python, pythonpath=p.pythonpath,
+                            **{k: info.get(k) for k in ("module", "version")})
+               for p, info in zip(peers, infos)},
+        best=rows,
+        ratios=ratios,
+        runs=results,
+        **extra,
+    )
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=1)
+    print(f"\nwrote {path}")
 
 
 class Peer:
@@ -453,7 +570,7 @@ def best_of(results):
     return min(ok, key=lambda r: r["seconds"])
 
 
-def fmt_row(label, best, results, data_bytes, ref_fp, cols):
+def fmt_row(label, best, results, data_bytes, ref_fp, cols, gbs_decimals=2):
     if best is None:
         errs = [r.get("error", "?") for r in results if not r.get("ok")]
         err = errs[-1] if errs else "not run"
@@ -467,7 +584,7 @@ def fmt_row(label, best, results, data_bytes, ref_fp, cols):
     nfail = sum(1 for r in results if not r.get("ok"))
     extra = f" ({nfail} failed)" if nfail else ""
     return (
-        f"{label:<{cols}}  {best['seconds']:>8.3f}  {gbs:>7.2f}  "
+        f"{label:<{cols}}  {best['seconds']:>8.3f}  {gbs:>7.{gbs_decimals}f}  "
         f"{delta:>9.0f}  {peak:>9.0f}  {check:<8}{extra}"
     )
 
@@ -596,18 +713,10 @@ def main(argv=None):
     best["load.upstream.best"] = up_best
     best["load.upstream.verify.best"] = upv_best
 
-    def tput_ratio(a, b):
-        if a is None or b is None:
-            return None
-        return b["seconds"] / a["seconds"]
-
     ratios = []
 
     def add_ratio(name, a, b, target, note):
-        v = tput_ratio(a, b)
-        ratios.append(dict(name=name, value=v, target=target, note=note,
-                           status=None if v is None else
-                           ("PASS" if v >= target else "MISS")))
+        ratios.append(target_row(name, throughput_ratio(a, b), target, note))
 
     add_ratio("load ours / upstream", best["load.ours.default"], up_best, 3.0,
               f"ours default readers vs upstream best ({up_key})")
@@ -617,26 +726,12 @@ def main(argv=None):
               f"verify_hash=True; upstream best ({upv_key})")
     add_ratio("save ours / upstream", best["save.ours"], best["save.upstream"],
               2.0, "write_state_dict + close()")
-    rss = None
-    b = best["load.ours.default"]
-    limit_mib = data_bytes / MiB + 256
-    if b is not None:
-        rss = (b["rss_peak_kib"] - b["rss_base_kib"]) / 1024
-    ratios.append(dict(
-        name="load ours peak RSS delta", value=rss, target=limit_mib,
-        note=f"MiB; must be < checkpoint {data_bytes / MiB:.0f} MiB + 256 MiB",
-        status=None if rss is None else ("PASS" if rss < limit_mib else "MISS")))
+    ratios.append(rss_target("load ours peak RSS delta", best["load.ours.default"],
+                             data_bytes, "load.ours.default"))
 
     # ---- print -------------------------------------------------------------
-    def first_info(keys):
-        for k in keys:
-            for r in results.get(k, []):
-                if r.get("ok") and r.get("module"):
-                    return r
-        return {}
-
-    info_ours = first_info(["load.ours.default", "save.ours"])
-    info_up = first_info([f"load.upstream.r{n}" for n in sweep] + ["save.upstream"])
+    info_ours = first_info(results, ["load.ours.default", "save.ours"])
+    info_up = first_info(results, [f"load.upstream.r{n}" for n in sweep] + ["save.upstream"])
     print()
     print(f"checkpoint: {man['tensors']} fp16 tensors, "
           f"{data_bytes / GiB:.3f} GiB data (d={man['hidden']}, "
@@ -660,53 +755,15 @@ def main(argv=None):
             line += "  <- best upstream"
         print(line)
     print()
-    print("targets:")
-    for r in ratios:
-        if r["value"] is None:
-            print(f"  {r['name']:<28} {'n/a':>8}   FAILED      ({r['note']})")
-        elif r["name"].endswith("RSS delta"):
-            print(f"  {r['name']:<28} {r['value']:>7.0f}M   < {r['target']:.0f}M  "
-                  f"{r['status']}  ({r['note']})")
-        else:
-            print(f"  {r['name']:<28} {r['value']:>7.2f}x   >= {r['target']:.0f}x  "
-                  f"{r['status']}  ({r['note']})")
+    print_targets(ratios, best, results, ref_fp)
     dflt = best["load.ours.default"]
     if ours_best_any is not None and dflt is not None and \
             ours_best_key != "load.ours.default":
         print(f"  (info) fastest ours load config: {ours_best_key}, "
               f"{dflt['seconds'] / ours_best_any['seconds']:.2f}x the default's speed")
-    mism = [k for k, v in best.items() if v and k.startswith("load.")
-            and "fingerprint" in v and v["fingerprint"] != ref_fp]
-    if mism:
-        print(f"  WARNING: loaded data differs from the reference in: {mism}")
 
-    # ---- JSON --------------------------------------------------------------
-    out = dict(
-        timestamp=datetime.datetime.now().isoformat(timespec="seconds"),
-        host=dict(cpus=os.cpu_count(), platform=platform.platform(),
-                  python=sys.version.split()[0]),
-        args=dict(vars(args), worker=None),
-        checkpoint=man,
-        peers=dict(ours=dict(python=ours.python, pythonpath=ours.pythonpath,
-                             **{k: info_ours.get(k) for k in ("module", "version")}),
-                   upstream=dict(python=upstream.python,
-                                 **{k: info_up.get(k) for k in ("module", "version")})),
-        best={k: (None if v is None else dict(
-            seconds=v["seconds"], gb_per_s=v["bytes"] / v["seconds"] / 1e9,
-            rss_delta_mib=(v["rss_peak_kib"] - v["rss_base_kib"]) / 1024,
-            rss_peak_mib=v["rss_peak_kib"] / 1024,
-            data_ok=(v.get("fingerprint") == ref_fp) if "fingerprint" in v else None))
-            for k, v in best.items()},
-        best_upstream_load=up_key,
-        best_upstream_verify=upv_key,
-        ratios=ratios,
-        runs=results,
-    )
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
-        print(f"\nwrote {args.out}")
+    write_report(args.out, args, man, (ours, upstream), (info_ours, info_up), best, ref_fp,
+                 ratios, results, best_upstream_load=up_key, best_upstream_verify=upv_key)
     if not args.keep_files:
         for p in (f_ours, f_up):
             if os.path.exists(p):

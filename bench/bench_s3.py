@@ -46,10 +46,8 @@ module level.
 """
 
 import argparse
-import datetime
-import json
+import functools
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -92,31 +90,15 @@ def _open_upstream(spec, mode):
 
 def worker_load(spec):
     import torch  # noqa: F401  (imported before timing, like bench_local)
-    from tensorizer import TensorDeserializer
 
-    info = bl._tz_module_info()
     kwargs = dict(device="cpu", lazy_load=False)
     if spec.get("num_readers") is not None:
         kwargs["num_readers"] = spec["num_readers"]
-    hwm_reset = _reset_peak_rss()
-    base = bl._current_rss_kib()
-    t0 = time.perf_counter()
     if spec["impl"] == "upstream":
-        src = _open_upstream(spec, "rb")
+        source = functools.partial(_open_upstream, spec, "rb")  # opened inside the timing
     else:
-        src = spec["uri"]  # ours: credentials and endpoint from the environment
-    deser = TensorDeserializer(src, **kwargs)
-    items = list(deser.items())
-    dt = time.perf_counter() - t0
-    peak = bl._peak_rss_kib()
-    nbytes = sum(t.numel() * t.element_size() for _, t in items)
-    fp, _, count = bl.fingerprint_state_dict(items)  # after timing
-    try:
-        deser.close()
-    except Exception:
-        pass
-    return dict(info, seconds=dt, bytes=nbytes, tensors=count, fingerprint=fp,
-                rss_base_kib=base, rss_peak_kib=peak, hwm_reset=hwm_reset)
+        source = spec["uri"]  # ours: credentials and endpoint from the environment
+    return bl.timed_load(source, kwargs)
 
 
 def worker_save(spec):
@@ -391,19 +373,14 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
     up_key, up_best = best_group(up_keys)
 
     # ---- ratios ------------------------------------------------------------
-    def tput_ratio(a, b):
-        # Throughput of a over throughput of b (bytes/s; the curl row counts
-        # the object's bytes, the loads and saves the tensor data).
-        if a is None or b is None:
-            return None
-        return (a["bytes"] / a["seconds"]) / (b["bytes"] / b["seconds"])
+    # Throughputs (bytes/s): the curl row counts the object's bytes, the loads
+    # and saves the tensor data.
+    tput_ratio = bl.throughput_ratio
 
     ratios = []
 
-    def add_ratio(name, value, target, note, unit="x"):
-        ratios.append(dict(name=name, value=value, target=target, note=note, unit=unit,
-                           status=None if value is None or target is None else
-                           ("PASS" if value >= target else "MISS")))
+    def add_ratio(name, value, target, note):
+        ratios.append(bl.target_row(name, value, target, note))
 
     curl1 = best.get("curl.r1")
     add_ratio("load ours-best / upstream-best", tput_ratio(ok_best, up_best), 2.0,
@@ -413,25 +390,11 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
     add_ratio("save ours / upstream", tput_ratio(best.get("save.ours"),
                                                  best.get("save.upstream")), 2.0,
               "write_state_dict + close (upload included)")
-    rss = None
-    limit_mib = data_bytes / MiB + 256
-    if ok_best is not None:
-        rss = (ok_best["rss_peak_kib"] - ok_best["rss_base_kib"]) / 1024
-    ratios.append(dict(
-        name="load ours peak RSS delta", value=rss, target=limit_mib, unit="MiB",
-        note=f"{ok_key}; must be < checkpoint {data_bytes / MiB:.0f} MiB + 256 MiB",
-        status=None if rss is None else ("PASS" if rss < limit_mib else "MISS")))
+    ratios.append(bl.rss_target("load ours peak RSS delta", ok_best, data_bytes, ok_key))
 
     # ---- print -------------------------------------------------------------
-    def first_info(keys_):
-        for k in keys_:
-            for x in results.get(k, []):
-                if x.get("ok") and x.get("module"):
-                    return x
-        return {}
-
-    info_ours = first_info(ours_keys + ["save.ours", "setup.save.ours"])
-    info_up = first_info(up_keys + ["save.upstream", "setup.save.upstream"])
+    info_ours = bl.first_info(results, ours_keys + ["save.ours", "setup.save.ours"])
+    info_up = bl.first_info(results, up_keys + ["save.upstream", "setup.save.upstream"])
     elapsed = time.perf_counter() - t_start
     print()
     print(f"checkpoint: {man['tensors']} fp16 tensors, {data_bytes / GiB:.3f} GiB data "
@@ -461,8 +424,9 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
     for key, *_ in configs:
         if key == "curl.range1k":
             continue  # printed as a note below
-        line = _fmt_row(labels[key], best[key], results[key],
-                        ref_fp if key.startswith("load.") else None, cols)
+        # Three decimals of GB/s: moto's rows are slow.
+        line = bl.fmt_row(labels[key], best[key], results[key], None,
+                          ref_fp if key.startswith("load.") else None, cols, gbs_decimals=3)
         if key in save_keys and best[key] is not None:
             want = uploaded.get(save_keys[key][0])
             got = best[key].get("object_bytes")
@@ -483,79 +447,15 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
             print("  " + ", ".join(parts) + " (roughly how many requests moto "
                   "served one after another)")
     print()
-    print("targets:")
-    for x in ratios:
-        tgt = "" if x["target"] is None else (
-            f"< {x['target']:.0f}M" if x["unit"] == "MiB" else f">= {x['target']:.2f}x")
-        st = x["status"] or ""
-        if x["value"] is None:
-            print(f"  {x['name']:<34} {'n/a':>8}   FAILED      ({x['note']})")
-        elif x["unit"] == "MiB":
-            print(f"  {x['name']:<34} {x['value']:>7.0f}M   {tgt:<9} {st:<4}  "
-                  f"({x['note']})")
-        else:
-            print(f"  {x['name']:<34} {x['value']:>7.2f}x   {tgt:<9} {st:<4}  "
-                  f"({x['note']})")
-    mism = [k for k, v in best.items() if v and k.startswith("load.")
-            and "fingerprint" in v and v["fingerprint"] != ref_fp]
-    if mism:
-        print(f"  WARNING: loaded data differs from the reference in: {mism}")
-    failed = sorted(k for k, v in results.items() if any(not x.get("ok") for x in v))
-    if failed:
-        print(f"  runs that failed (see JSON for errors): {failed}")
+    bl.print_targets(ratios, best, results, ref_fp)
 
-    # ---- JSON --------------------------------------------------------------
-    out = dict(
-        timestamp=datetime.datetime.now().isoformat(timespec="seconds"),
-        host=dict(cpus=ncpu, platform=platform.platform(),
-                  python=sys.version.split()[0]),
-        args=dict(vars(args), worker=None),
-        checkpoint=man,
-        objects=dict(uploaded),
-        server=dict(endpoint=endpoint, bucket=BUCKET, **versions),
-        note=("moto is a Python server and may be the bottleneck for every peer; "
-              "it reads the whole object for each ranged GET"),
-        elapsed_seconds=elapsed,
-        peers=dict(ours=dict(python=ours.python, pythonpath=ours.pythonpath,
-                             **{k: info_ours.get(k) for k in ("module", "version")}),
-                   upstream=dict(python=upstream.python,
-                                 **{k: info_up.get(k) for k in ("module", "version")})),
-        best={k: (None if v is None else dict(
-            seconds=v["seconds"], gb_per_s=v["bytes"] / v["seconds"] / 1e9,
-            rss_delta_mib=(v["rss_peak_kib"] - v["rss_base_kib"]) / 1024,
-            rss_peak_mib=v["rss_peak_kib"] / 1024,
-            data_ok=(v.get("fingerprint") == ref_fp) if "fingerprint" in v else None,
-            object_bytes=v.get("object_bytes")))
-            for k, v in best.items()},
-        best_ours_load=ok_key,
-        best_upstream_load=up_key,
-        ratios=ratios,
-        runs=results,
-    )
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
-            json.dump(out, fh, indent=1)
-        print(f"\nwrote {args.out}")
+    bl.write_report(args.out, args, man, (ours, upstream), (info_ours, info_up), best, ref_fp,
+                    ratios, results, objects=dict(uploaded),
+                    server=dict(endpoint=endpoint, bucket=BUCKET, **versions),
+                    note=("moto is a Python server and may be the bottleneck for every peer; "
+                          "it reads the whole object for each ranged GET"),
+                    elapsed_seconds=elapsed, best_ours_load=ok_key, best_upstream_load=up_key)
     return 0
-
-
-def _fmt_row(label, best, results, ref_fp, cols):
-    """bench_local.fmt_row with three decimals of GB/s (moto's rows are slow)."""
-    if best is None:
-        errs = [r.get("error", "?") for r in results if not r.get("ok")]
-        err = errs[-1] if errs else "not run"
-        return f"{label:<{cols}}  FAILED: {err[:110]}"
-    gbs = best["bytes"] / best["seconds"] / 1e9
-    delta = (best["rss_peak_kib"] - best["rss_base_kib"]) / 1024
-    peak = best["rss_peak_kib"] / 1024
-    check = ""
-    if ref_fp is not None and "fingerprint" in best:
-        check = "ok" if best["fingerprint"] == ref_fp else "MISMATCH"
-    nfail = sum(1 for r in results if not r.get("ok"))
-    extra = f" ({nfail} failed)" if nfail else ""
-    return (f"{label:<{cols}}  {best['seconds']:>8.3f}  {gbs:>7.3f}  "
-            f"{delta:>9.0f}  {peak:>9.0f}  {check:<8}{extra}")
 
 
 def _mib(n):
