@@ -143,7 +143,8 @@ class _HookInFront:
         super().__setattr__(name, value)
 
     def _tz_hook(self, obj):
-        raise NotImplementedError
+        # Abstract: the saving and loading subclasses each define their hook.
+        raise NotImplementedError(f"{type(self).__name__} defines no _tz_hook")
 
 
 # -- saving ---------------------------------------------------------------------------
