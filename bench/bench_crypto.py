@@ -265,12 +265,9 @@ def main(argv=None):
                     help="secretbox box size (upstream's chunk size is 2 MiB)")
     ap.add_argument("--secretbox-passes", type=int, default=2,
                     help="timed passes per thread count inside each secretbox worker")
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--timeout", type=int, default=900, help="per-worker seconds")
-    ap.add_argument("--regen", action="store_true", help="rebuild the checkpoint")
     ap.add_argument("--keep-files", action="store_true",
                     help="keep the .tensors files written here")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    bl.add_run_args(ap)
     args = ap.parse_args(argv)
     if args.worker is not None:
         return worker_main(args.worker)
@@ -288,12 +285,7 @@ def main(argv=None):
     ours, upstream = bl.default_peers()
     rawp = bl.Peer("raw", ours.python, None)  # stdlib + libsodium only
 
-    # Same lock as bench_local.py: one bench run per bench dir at a time.
-    lock = bl.lock_bench_dir(args.bench_dir)  # noqa: F841 - held until exit
-    args.bench_dir = os.path.join(args.bench_dir,
-                                  f"size{args.size_gib:g}-seed{args.seed}")
-
-    src, man = bl.ensure_checkpoint(args)  # shares model.pt with bench_local
+    lock, src, man = bl.open_checkpoint(args)  # noqa: F841 - lock held until exit
     data_bytes = man["data_bytes"]
     ref_fp = man["fingerprint"]
     prewarm_mib = args.prewarm_mib or int(2 * data_bytes / MiB) + 256

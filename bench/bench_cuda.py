@@ -79,11 +79,9 @@ def main(argv=None):
     ap.add_argument("--size-gib", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--readers", default="1,4,8")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bench-dir", default=os.environ.get("TZ_BENCH_DIR", "/tmp/tz-bench"))
     ap.add_argument("--out", default=os.path.join(HERE, "out", "cuda.json"))
-    ap.add_argument("--timeout", type=float, default=900)
-    ap.add_argument("--regen", action="store_true")
+    bl.add_run_args(ap)
     args = ap.parse_args(argv)
 
     ours, upstream = bl.default_peers()
@@ -92,9 +90,7 @@ def main(argv=None):
         print("no CUDA device here: nothing to measure (this benchmark needs a GPU)")
         return 0
 
-    args.bench_dir = os.path.join(args.bench_dir, f"size{args.size_gib:g}-seed{args.seed}")
-    lock = bl.lock_bench_dir(args.bench_dir)  # noqa: F841  (held until exit)
-    src, man = bl.ensure_checkpoint(args)
+    lock, src, man = bl.open_checkpoint(args)  # noqa: F841 - lock held until exit
     paths = {}
     for peer in (ours, upstream):
         dst = os.path.join(args.bench_dir, f"cuda-{peer.name}.tensors")

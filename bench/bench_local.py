@@ -563,6 +563,24 @@ def ensure_checkpoint(args):
     return src, man
 
 
+def add_run_args(ap):
+    """The options every bench script shares (besides size, repeats and dirs)."""
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--timeout", type=int, default=900, help="per-worker seconds")
+    ap.add_argument("--regen", action="store_true", help="rebuild the checkpoint")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+
+
+def open_checkpoint(args):
+    """Locks the bench dir (one run at a time: concurrent runs skew each
+    other's timings), then makes or reuses model.pt in its size/seed
+    subfolder. Returns (lock, path, manifest); hold the lock until exit."""
+    lock = lock_bench_dir(args.bench_dir)
+    args.bench_dir = os.path.join(args.bench_dir, f"size{args.size_gib:g}-seed{args.seed}")
+    src, man = ensure_checkpoint(args)
+    return lock, src, man
+
+
 def best_of(results):
     ok = [r for r in results if r.get("ok")]
     if not ok:
@@ -598,17 +616,14 @@ def main(argv=None):
         "--bench-dir", default=os.environ.get("TZ_BENCH_DIR", "/tmp/tz-bench")
     )
     ap.add_argument("--readers", default="1,2,4,8", help="num_readers sweep")
-    ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--prewarm-mib", type=int, default=0,
                     help="touch and release this much memory in each load worker before"
                          " timing (steady-state rather than cold-VM figures); peak RSS"
                          " then includes it")
-    ap.add_argument("--timeout", type=int, default=900, help="per-worker seconds")
-    ap.add_argument("--regen", action="store_true", help="rebuild the checkpoint")
     ap.add_argument(
         "--keep-files", action="store_true", help="keep the bench dir afterwards"
     )
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    add_run_args(ap)
     args = ap.parse_args(argv)
     if args.worker is not None:
         return worker_main(args.worker)
@@ -617,10 +632,7 @@ def main(argv=None):
     ours, upstream = default_peers()
     torchp = Peer("torch", ours.python, None)
 
-    lock = lock_bench_dir(args.bench_dir)  # noqa: F841 - held until exit
-    args.bench_dir = os.path.join(args.bench_dir, f"size{args.size_gib:g}-seed{args.seed}")
-
-    src, man = ensure_checkpoint(args)
+    lock, src, man = open_checkpoint(args)  # noqa: F841 - lock held until exit
     data_bytes = man["data_bytes"]
     ref_fp = man["fingerprint"]
     d = args.bench_dir

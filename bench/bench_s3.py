@@ -182,12 +182,9 @@ def main(argv=None):
                          "upstream's save temp files)")
     ap.add_argument("--readers", default="1,2,4,8",
                     help="num_readers sweep (ours and upstream)")
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--timeout", type=int, default=900, help="per-worker seconds")
-    ap.add_argument("--regen", action="store_true", help="rebuild the checkpoint")
     ap.add_argument("--keep-files", action="store_true",
                     help="keep the temporary folder (its path is printed)")
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    bl.add_run_args(ap)
     args = ap.parse_args(argv)
     if args.worker is not None:
         return worker_main(args.worker)
@@ -197,11 +194,7 @@ def main(argv=None):
     ours, upstream = bl.default_peers()
     rawp = bl.Peer("curl", sys.executable, None)  # stdlib only
 
-    # Same lock as bench_local.py: one bench run per bench dir at a time.
-    lock = bl.lock_bench_dir(args.bench_dir)  # noqa: F841 - held until exit
-    args.bench_dir = os.path.join(args.bench_dir,
-                                  f"size{args.size_gib:g}-seed{args.seed}")
-    src, man = bl.ensure_checkpoint(args)  # shares model.pt with bench_local
+    lock, src, man = bl.open_checkpoint(args)  # noqa: F841 - lock held until exit
 
     sys.path.insert(0, os.path.join(REPO, "tests"))
     import servers  # tests/servers.py: stdlib only at import
