@@ -393,6 +393,18 @@ class _AnonymousFile:
             pass
 
 
+def _native_key_of(encryption, expected: type):
+    """The native key handle of an `encryption=` argument (None for None)."""
+    if encryption is None:
+        return None
+    if not isinstance(encryption, expected):
+        raise TypeError(
+            f"encryption parameter: expected {expected.__name__} instance"
+            f" or None, {encryption.__class__.__name__} found"
+        )
+    return encryption._native_key()
+
+
 class _Options:
     """Owns a tz_options handle."""
 
@@ -619,14 +631,7 @@ class TensorDeserializer(
         self._device_is_dynamic = underspecified and lazy_load
 
         self._verify_hash = bool(verify_hash)
-        key = None
-        if encryption is not None:
-            if not isinstance(encryption, DecryptionParams):
-                raise TypeError(
-                    "encryption parameter: expected DecryptionParams instance"
-                    f" or None, {encryption.__class__.__name__} found"
-                )
-            key = encryption._native_key()
+        key = _native_key_of(encryption, DecryptionParams)
         self._encrypted = encryption is not None
         self._dtype: Optional[torch.dtype] = dtype
         self._lazy_load = bool(lazy_load)
@@ -1513,14 +1518,7 @@ class TensorSerializer:
         self._num_threads = limit_cpu_concurrency or 0
         self.cpu_limit = limit_cpu_concurrency or (os.cpu_count() or 1)
 
-        key = None
-        if encryption is not None:
-            if not isinstance(encryption, EncryptionParams):
-                raise TypeError(
-                    "encryption parameter: expected EncryptionParams instance"
-                    f" or None, {encryption.__class__.__name__} found"
-                )
-            key = encryption._native_key()
+        key = _native_key_of(encryption, EncryptionParams)
         self._encrypted = encryption is not None
 
         try:
