@@ -43,10 +43,10 @@ def _state_dict():
 
 
 def _many_small():
-    """150 small tensors around one of 4 MiB: a model's worth of round trips."""
+    """150 small tensors around one of 64 MiB: a model's worth of round trips."""
     sd = {f"t{i}": torch.full((1000 + i,), float(i)) for i in range(150)}
     items = list(sd.items())
-    items.insert(75, ("skipme", torch.randn(1 << 20, generator=torch.Generator().manual_seed(3))))
+    items.insert(75, ("skipme", torch.randn(16 << 20, generator=torch.Generator().manual_seed(3))))
     return dict(items)
 
 
@@ -97,9 +97,10 @@ def test_neighbouring_tensors_share_requests(site, num_readers):
     with servers.FaultProxy(site["nginx"].port) as proxy:
         with TensorDeserializer(proxy.url("many.tensors"), num_readers=num_readers, verify_hash=True) as t:
             _check(t, site["many"])
-        # One request per reader for 151 tensors and their headers, plus the
-        # size probe (which also brings the file header and metadata index).
-        assert proxy.requests <= 1 + num_readers, proxy.requests
+        # One request per reader for 151 tensors and their headers: the size
+        # probe's response (which brings the file header and metadata index)
+        # stays open and carries on with the first reader's share.
+        assert proxy.requests <= num_readers, proxy.requests
 
 
 def test_an_object_smaller_than_the_probe_cut_mid_probe(site, tmp_path):
@@ -118,7 +119,10 @@ def test_a_filtered_load_does_not_download_what_it_skips(site):
         with TensorDeserializer(proxy.url("many.tensors"), filter_func=lambda name: name != "skipme") as t:
             assert "skipme" not in t
             assert torch.equal(t["t149"], site["many"]["t149"])
-        assert proxy.response_bytes < size - (3 << 20)
+        # The probe's open stream may have read ahead as far as its socket
+        # buffers (a few MiB here) before it was closed; the 64 MiB were not.
+        skipped = site["many"]["skipme"].numel() * 4
+        assert proxy.response_bytes < size - skipped + (16 << 20)
 
 
 @pytest.mark.parametrize("num_readers", [1, 4])

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -66,6 +67,7 @@ namespace {
 // Per-attempt state shared with libcurl's callbacks.
 struct Transfer {
   HttpSource::Cursor* cursor = nullptr;
+  HttpSource::Stream* stream = nullptr;  // set: the bytes go to the open stream
   std::exception_ptr callback_error;  // thrown by on_segment; rethrown after the transfer
   size_t cap = 0;
   size_t received = 0;
@@ -77,6 +79,77 @@ struct Transfer {
   uint64_t total = 0;         // from "Content-Range: bytes a-b/total" or "bytes */total"
   bool mismatch = false;      // 206 for another range than asked
 };
+
+}  // namespace
+
+// The size probe's response, kept open between reads. Its transfer runs on a
+// thread of its own; between reads the body callback waits inside libcurl
+// ("parked") until a reader hands it the next job, or the source closes it.
+struct HttpSource::Stream {
+  std::mutex m;
+  std::condition_variable cv;
+  std::thread thread;
+  // The job being served; NULL once it is complete (or the transfer is over).
+  Cursor* cursor = nullptr;
+  uint64_t skip = 0;     // bytes to drop before the job's first
+  size_t want = 0;       // bytes the job takes
+  size_t got = 0;        // of them delivered
+  bool busy = false;     // a reader owns the current job
+  bool closing = false;  // stop at the next chance; nobody takes it any more
+  bool ended = false;    // the transfer is over
+  uint64_t pos = 0;      // object offset of the next byte
+  // The object's size, from the response headers.
+  bool sized = false;
+  uint64_t total = 0;
+  Attempt result;            // how the transfer ended, once it has
+  std::exception_ptr error;  // thrown on the transfer's thread (by a job's on_segment)
+
+  // Takes n body bytes; false stops the transfer.
+  bool deliver(const Transfer& t, const uint8_t* data, size_t n) {
+    std::unique_lock<std::mutex> lock(m);
+    if (!sized && t.have_total) {
+      sized = true;
+      total = t.total;
+    }
+    while (n > 0) {
+      if (cursor == nullptr) {
+        cv.wait(lock, [&] { return cursor != nullptr || closing; });
+        if (closing) return false;
+      }
+      if (skip > 0) {
+        const size_t k = size_t(std::min<uint64_t>(skip, n));
+        skip -= k;
+        pos += k;
+        data += k;
+        n -= k;
+        continue;
+      }
+      const size_t k = std::min(n, want - got);
+      Cursor* job = cursor;
+      lock.unlock();
+      job->write(data, k);  // on_segment may throw: the transfer then ends with it
+      lock.lock();
+      got += k;
+      pos += k;
+      data += k;
+      n -= k;
+      if (got == want) {
+        cursor = nullptr;
+        cv.notify_all();
+      }
+    }
+    return true;
+  }
+
+  // Asks the transfer to stop; it ends at its next byte or progress call.
+  void close() {
+    std::lock_guard<std::mutex> lock(m);
+    closing = busy = true;
+    cv.notify_all();
+  }
+};
+
+namespace {
 
 bool starts_with_ci(const char* p, size_t n, const char* prefix) {
   const size_t k = std::strlen(prefix);
@@ -135,6 +208,18 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
     // An error page, or a range we did not ask for: never copied anywhere.
     return (t->status >= 400 || t->status == 0) ? n : 0;
   }
+  if (t->stream) {
+    // A server ignoring Range would be refused later anyway: stop now.
+    if (t->whole_body) return 0;
+    try {
+      if (!t->stream->deliver(*t, reinterpret_cast<const uint8_t*>(data), n)) return 0;
+    } catch (...) {
+      t->callback_error = std::current_exception();
+      return 0;
+    }
+    t->received += n;
+    return n;
+  }
   const size_t take = std::min(n, t->cap - t->received);
   try {
     t->cursor->write(reinterpret_cast<const uint8_t*>(data), take);
@@ -146,6 +231,13 @@ size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
   t->received += take;
   // More than asked (a server ignoring Range): stop once we have it all.
   return take == n ? n : 0;
+}
+
+// Lets a closing stream end while the server sends nothing.
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* stream = static_cast<HttpSource::Stream*>(user);
+  std::lock_guard<std::mutex> lock(stream->m);
+  return stream->closing ? 1 : 0;
 }
 
 bool transient(CURLcode rc) {
@@ -195,16 +287,10 @@ HttpSource::HttpSource(const std::string& url, const HttpOptions& options) : url
     if (!next) throw std::bad_alloc();
     headers_ = next;
   }
-  // The size probe also fetches the start of the object: the file header and
-  // metadata index are read from it without further round trips.
-  prefix_.resize(kPrefixBytes);
-  const Segment probe{prefix_.data(), prefix_.size()};
-  Cursor cursor(&probe, 1, nullptr);
   try {
-    fetch(0, cursor, prefix_.size(), true);
-    if (!size_known_) fail(Errc::io, "The server did not report the size of " + describe());
-    prefix_.resize(size_t(std::min<uint64_t>(size_, prefix_.size())));
+    probe();
   } catch (...) {
+    close_stream();
     for (Handle* h : pool_) {
       curl_easy_cleanup(h->curl);
       delete h;
@@ -214,7 +300,76 @@ HttpSource::HttpSource(const std::string& url, const HttpOptions& options) : url
   }
 }
 
+// Learns the size and fetches the start of the object (the file header and
+// metadata index come from it without further round trips), on a response
+// for the whole object that stays open for the reads after it.
+void HttpSource::probe() {
+  prefix_.resize(kPrefixBytes);
+  const Segment first_bytes{prefix_.data(), prefix_.size()};
+  Cursor cursor(&first_bytes, 1, nullptr);
+  Stream* s = stream_ = new Stream;
+  s->cursor = &cursor;
+  s->want = prefix_.size();
+  s->busy = true;
+  Handle* h = acquire();
+  s->thread = std::thread([this, s, h, &cursor] {
+    Attempt a;
+    std::exception_ptr error;
+    try {
+      a = attempt(h, 0, cursor, kOpenEnded, false, s);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    release(h);
+    std::lock_guard<std::mutex> lock(s->m);
+    s->result = a;
+    s->error = error;
+    s->ended = true;
+    s->cursor = nullptr;
+    s->cv.notify_all();
+  });
+
+  std::unique_lock<std::mutex> lock(s->m);
+  s->cv.wait(lock, [&] { return s->cursor == nullptr; });
+  const size_t got = s->got;
+  const bool sized = s->sized;
+  const Attempt result = s->result;
+  const bool ended = s->ended;
+  const std::exception_ptr error = s->error;
+  s->busy = false;
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
+  if (sized) {
+    size_ = s->total;
+    size_known_ = true;
+  }
+  const size_t want = sized ? size_t(std::min<uint64_t>(size_, prefix_.size())) : prefix_.size();
+  if (got < want || (ended && !sized)) {
+    // The stream failed early: ordinary requests take over (with retries and
+    // error reports), from the byte where it stopped when the size is known.
+    close_stream();
+    if (sized) {
+      fetch(got, cursor, want - got, false);
+    } else {
+      Cursor fresh(&first_bytes, 1, nullptr);
+      const bool definite = !result.retryable && result.status >= 400 && result.status != 416;
+      fetch(0, fresh, prefix_.size(), true, definite && got == 0 ? &result : nullptr);
+    }
+  }
+  if (!size_known_) fail(Errc::io, "The server did not report the size of " + describe());
+  prefix_.resize(size_t(std::min<uint64_t>(size_, prefix_.size())));
+}
+
+void HttpSource::close_stream() noexcept {
+  if (!stream_) return;
+  stream_->close();
+  if (stream_->thread.joinable()) stream_->thread.join();
+  delete stream_;
+  stream_ = nullptr;
+}
+
 HttpSource::~HttpSource() {
+  close_stream();
   for (Handle* h : pool_) {
     curl_easy_cleanup(h->curl);
     delete h;
@@ -254,13 +409,20 @@ void HttpSource::release(Handle* h) {
   pool_.push_back(h);
 }
 
-HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size) {
+HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size,
+                                        Stream* stream) {
   Transfer t;
   t.cursor = &cursor;
+  t.stream = stream;
   t.cap = len;
   t.expect_start = offset;
-  const std::string range = std::to_string(offset) + "-" + std::to_string(offset + len - 1);
+  const std::string range =
+      std::to_string(offset) + "-" + (len == kOpenEnded ? std::string() : std::to_string(offset + len - 1));
   curl_easy_setopt(h->curl, CURLOPT_RANGE, range.c_str());
+  // A parked stream must notice a close even while the server sends nothing.
+  curl_easy_setopt(h->curl, CURLOPT_NOPROGRESS, stream ? 0L : 1L);
+  curl_easy_setopt(h->curl, CURLOPT_XFERINFOFUNCTION, stream ? on_progress : nullptr);
+  curl_easy_setopt(h->curl, CURLOPT_XFERINFODATA, stream);
   // Signed requests get their headers afresh each time.
   struct SlistDeleter {
     void operator()(curl_slist* l) const { curl_slist_free_all(l); }
@@ -331,20 +493,25 @@ HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& curs
   return a;
 }
 
-void HttpSource::fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size) {
+void HttpSource::fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size, const Attempt* first) {
   unsigned failures = 0;
   unsigned delay = options_.backoff_ms;
   std::minstd_rand jitter(std::random_device{}());
   while (len > 0) {
-    Handle* h = acquire();
     Attempt a;
-    try {
-      a = attempt(h, offset, cursor, len, probe_size);
-    } catch (...) {
+    if (first) {
+      a = *first;
+      first = nullptr;
+    } else {
+      Handle* h = acquire();
+      try {
+        a = attempt(h, offset, cursor, len, probe_size);
+      } catch (...) {
+        release(h);
+        throw;
+      }
       release(h);
-      throw;
     }
-    release(h);
     if (a.done) return;
     offset += a.received;
     len -= a.received;
@@ -380,7 +547,7 @@ void HttpSource::read_at(uint64_t offset, void* dst, size_t len) {
   }
   const Segment segment{dst, len};
   Cursor cursor(&segment, 1, nullptr);
-  fetch_after_prefix(offset, cursor, len);
+  fetch_after_prefix(offset, cursor, len, true);
 }
 
 void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t count,
@@ -391,18 +558,52 @@ void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t c
     fail(Errc::truncated, "Read past the end of " + describe() + " (" + std::to_string(size_) + " bytes)");
   }
   Cursor cursor(segments, count, &on_segment);
-  fetch_after_prefix(offset, cursor, size_t(len));
+  // A scattered read is a reader's whole run of tensors: what follows it
+  // goes to other requests.
+  fetch_after_prefix(offset, cursor, size_t(len), false);
 }
 
-// Serves what the probe already fetched from memory, then requests the rest.
-void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len) {
+// Serves what the probe already fetched from memory, then what the open
+// stream can, then requests the rest.
+void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream) {
   if (offset < prefix_.size()) {
     const size_t n = std::min(len, size_t(prefix_.size() - offset));
     cursor.write(prefix_.data() + offset, n);
     offset += n;
     len -= n;
   }
+  if (len > 0) {
+    const size_t got = read_from_stream(offset, cursor, len, keep_stream);
+    offset += got;
+    len -= got;
+  }
   if (len > 0) fetch(offset, cursor, len, false);
+}
+
+size_t HttpSource::read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream) {
+  Stream* s = stream_;
+  if (!s) return 0;
+  std::unique_lock<std::mutex> lock(s->m);
+  if (s->busy || s->ended || offset < s->pos || offset - s->pos > kMaxStreamSkip) return 0;
+  s->busy = true;
+  s->cursor = &cursor;
+  s->skip = offset - s->pos;
+  s->want = len;
+  s->got = 0;
+  s->cv.notify_all();
+  s->cv.wait(lock, [&] { return s->cursor == nullptr; });
+  const size_t got = s->got;
+  const std::exception_ptr error = s->error;
+  if (keep_stream && !s->ended && !error) {
+    s->busy = false;
+  } else {
+    // Ended, failed, or not wanted further: stop it so it reads no more.
+    s->closing = true;
+    s->cv.notify_all();
+  }
+  lock.unlock();
+  if (error) std::rethrow_exception(error);
+  return got;
 }
 
 }  // namespace tz::io

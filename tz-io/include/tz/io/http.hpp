@@ -5,6 +5,7 @@
 // verified by default. Transient failures (connection reset or cut
 // mid-body, stalls, timeouts, 5xx, 408, 429) are retried with backoff,
 // resuming from the first byte not yet received; other 4xx fail at once.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -47,6 +48,7 @@ class HttpSource final : public Source {
   std::string describe() const override { return redact_url(url_); }
 
   struct Cursor;  // where a transfer's bytes go (defined in http.cpp)
+  struct Stream;  // the probe's response, kept open (defined in http.cpp)
 
  private:
   struct Handle;
@@ -61,11 +63,25 @@ class HttpSource final : public Source {
     std::string error;
     long status = 0;
   };
-  Attempt attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size);
-  void fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size);
-  void fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len);
+  // `len` kOpenEnded asks for everything from `offset` on; `stream` then
+  // takes the bytes instead of `cursor`.
+  Attempt attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size,
+                  Stream* stream = nullptr);
+  // `first`: the outcome of an attempt already made for this range.
+  void fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size, const Attempt* first = nullptr);
+  // `keep_stream`: the caller is likely to read on from where this read ends.
+  void fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream);
+  void probe();
+  // Serves the start of a read from the open stream when it stands at most
+  // kMaxStreamSkip bytes before `offset`; returns the bytes delivered.
+  size_t read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream);
+  void close_stream() noexcept;
 
   static constexpr size_t kPrefixBytes = size_t(1) << 20;
+  static constexpr size_t kOpenEnded = SIZE_MAX;
+  // Skipping this much on the stream is cheaper than a new request (the
+  // same gap at which readers start a new request).
+  static constexpr uint64_t kMaxStreamSkip = uint64_t(1) << 20;
 
   std::string url_;
   HttpOptions options_;
@@ -75,6 +91,7 @@ class HttpSource final : public Source {
   std::mutex pool_mutex_;
   std::vector<Handle*> pool_;
   ::curl_slist* headers_ = nullptr;
+  Stream* stream_ = nullptr;  // owned; NULL once closed
 };
 
 }  // namespace tz::io
