@@ -136,6 +136,8 @@ class FaultProxy:
     once empty, connections are proxied faithfully):
       ("cut", n)     forward n response bytes, then reset the connection;
       ("stall", s)   forward the request, then send nothing for s seconds;
+      ("stall_after", n, s)  forward n response bytes, then send nothing
+                     for s seconds (the connection stays open) and close;
       ("status", c)  answer with HTTP status c and close, without contacting nginx.
     """
 
@@ -200,8 +202,10 @@ class FaultProxy:
                 if action and action[0] == "stall":
                     time.sleep(action[1])
                     return
-                limit = action[1] if action and action[0] == "cut" else None
+                limit = action[1] if action and action[0] in ("cut", "stall_after") else None
                 self._pump(upstream, client, limit)
+                if action and action[0] == "stall_after":
+                    self._stop.wait(action[2])
                 if limit is not None:
                     # Drop the connection now: shutdown() also wakes the thread
                     # blocked reading the client, which close() alone would not.

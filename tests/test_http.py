@@ -113,6 +113,33 @@ def test_an_object_smaller_than_the_probe_cut_mid_probe(site, tmp_path):
         assert proxy.requests == 2  # the probe, resumed once; everything else came with it
 
 
+@pytest.mark.parametrize("num_readers", [1, 2])
+def test_the_probe_response_carries_the_load(site, num_readers):
+    # The size probe's response stays open after the first MiB and carries
+    # the first reader's share: one request per reader in all.
+    size = (site["root"] / "plain.tensors").stat().st_size
+    with servers.FaultProxy(site["nginx"].port) as proxy:
+        with TensorDeserializer(proxy.url("plain.tensors"), num_readers=num_readers, verify_hash=True) as t:
+            _check(t, site["sd"])
+        assert proxy.requests == num_readers
+        if num_readers == 1:
+            # Nothing arrives twice. (With more readers the open response may
+            # read ahead into the next reader's share before it is closed.)
+            assert proxy.response_bytes < size + 64 * 1024
+
+
+def test_closing_while_the_open_probe_response_stalls_does_not_wait_for_it(site):
+    # The server stops sending just after the probe's first MiB and holds the
+    # connection for a minute: closing ends that transfer at once (within
+    # about a second), not after the 20 s stall timeout or the server's minute.
+    with servers.FaultProxy(site["nginx"].port, [("stall_after", (1 << 20) + 8192, 60)]) as proxy:
+        t = TensorDeserializer(proxy.url("plain.tensors"), lazy_load=True)
+        assert torch.equal(t["small"], site["sd"]["small"])
+        start = time.monotonic()
+        t.close()
+        assert time.monotonic() - start < 10
+
+
 def test_a_filtered_load_does_not_download_what_it_skips(site):
     size = (site["root"] / "many.tensors").stat().st_size
     with servers.FaultProxy(site["nginx"].port) as proxy:
