@@ -228,12 +228,14 @@ class FaultProxy:
                 data = src.recv(65536)
                 if not data:
                     break
+                # Counted before forwarding: once the client has the bytes
+                # (and may be done), the counts already include them.
                 if limit is not None and sent + len(data) >= limit:
-                    dst.sendall(data[: limit - sent])
                     self._count(dst, data[: limit - sent])
+                    dst.sendall(data[: limit - sent])
                     return
-                dst.sendall(data)
                 self._count(dst, data)
+                dst.sendall(data)
                 sent += len(data)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
