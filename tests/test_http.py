@@ -128,6 +128,60 @@ def test_the_probe_response_carries_the_load(site, num_readers):
             assert proxy.response_bytes < size + 64 * 1024
 
 
+def test_a_lazy_load_in_file_order_goes_on_one_response(site):
+    # A lazy load reads one tensor per access. In file order every access
+    # continues the open response, as upstream's one stream does, instead of
+    # sending a request per tensor.
+    size = (site["root"] / "many.tensors").stat().st_size
+    with servers.FaultProxy(site["nginx"].port) as proxy:
+        with TensorDeserializer(proxy.url("many.tensors"), lazy_load=True, verify_hash=True, num_readers=1) as t:
+            for name, expected in site["many"].items():
+                assert torch.equal(t[name], expected), name
+        assert proxy.requests == 1
+        assert proxy.response_bytes < size + 64 * 1024
+
+
+def test_a_lazy_load_that_skips_forward_opens_a_response_after_the_gap(site):
+    size = (site["root"] / "many.tensors").stat().st_size
+    skipped = site["many"]["skipme"].numel() * 4
+    with servers.FaultProxy(site["nginx"].port) as proxy:
+        with TensorDeserializer(proxy.url("many.tensors"), lazy_load=True, num_readers=1) as t:
+            for name, expected in site["many"].items():
+                if name != "skipme":
+                    assert torch.equal(t[name], expected), name
+        # The probe's response up to the 64 MiB tensor, then one from after it.
+        assert proxy.requests == 2
+        # The first response may have read ahead into the skipped tensor as
+        # far as its socket buffers before it was closed; the rest was not sent.
+        assert proxy.response_bytes < size - skipped + (16 << 20)
+
+
+def test_a_lazy_load_going_backwards_asks_for_exact_ranges(site):
+    # Reads going back get closed ranges. An open-ended one would read ahead
+    # into the tensors after it (already loaded) as far as the socket buffers.
+    sd = {f"t{i}": torch.full((1 << 20,), float(i)) for i in range(8)}  # 4 MiB each
+    with TensorSerializer(site["root"] / "backwards.tensors") as s:
+        s.write_state_dict(sd)
+    size = (site["root"] / "backwards.tensors").stat().st_size
+    with servers.FaultProxy(site["nginx"].port) as proxy:
+        with TensorDeserializer(proxy.url("backwards.tensors"), lazy_load=True) as t:
+            for name in reversed(list(sd)):
+                assert torch.equal(t[name], sd[name]), name
+        # The size probe's response read ahead a few MiB before it was closed;
+        # after that every byte was asked for once.
+        assert proxy.response_bytes < size + (8 << 20), proxy.response_bytes
+
+
+def test_a_lazy_load_survives_its_open_response_being_cut(site):
+    # The open response dies 3 MiB in, inside the 64 MiB tensor: that read
+    # resumes on a request of its own, and the next access opens a new response.
+    with servers.FaultProxy(site["nginx"].port, [("cut", 3 << 20)]) as proxy:
+        with TensorDeserializer(proxy.url("many.tensors"), lazy_load=True, verify_hash=True, num_readers=1) as t:
+            for name, expected in site["many"].items():
+                assert torch.equal(t[name], expected), name
+        assert proxy.requests == 3
+
+
 def test_closing_while_the_open_probe_response_stalls_does_not_wait_for_it(site):
     # The server stops sending just after the probe's first MiB and holds the
     # connection for a minute: closing ends that transfer at once (within

@@ -35,11 +35,12 @@ class MemorySource final : public tz::io::Source {
     std::memcpy(dst, bytes_.data() + offset, len);
   }
   void read_scatter(uint64_t offset, const tz::io::Segment* segments, size_t count,
-                    const std::function<void(size_t)>& on_segment) override {
+                    const std::function<void(size_t)>& on_segment, tz::io::NextRead next) override {
     ++requests;
     {
       std::lock_guard<std::mutex> lock(m_);
       spans.push_back(offset);
+      nexts.push_back(next);
     }
     for (size_t i = 0; i < count; ++i) {
       check(offset, segments[i].len);
@@ -53,6 +54,7 @@ class MemorySource final : public tz::io::Source {
 
   std::atomic<unsigned> requests{0};
   std::vector<uint64_t> spans;
+  std::vector<tz::io::NextRead> nexts;  // the hint of each scattered read
   uint64_t fail_at = UINT64_MAX;  // a read covering this offset fails as a dead server would
 
  private:
@@ -202,6 +204,18 @@ TEST_CASE("a large load is split into about one request per thread, gaps are ski
   for (size_t k = 0; k < wanted.size(); ++k) CHECK(l2.data[k] == expected[size_t(wanted[k])]);
   REQUIRE(src->spans.size() == 2);
   CHECK(src->spans[1] == r2->entries()[20].header_offset);
+  // Spans of a plan know where the next one starts.
+  CHECK(src->nexts == std::vector<tz::io::NextRead>(2, tz::io::NextRead::elsewhere));
+
+  // One tensor at a time (a lazy load): each read is likely followed by the
+  // next tensor, so a remote source may keep its response open.
+  auto r3 = memory_reader(bytes, &src);
+  for (uint64_t i = 0; i < 3; ++i) {
+    Loaded one = prepare(*r3, {i});
+    r3->read_batch(one.requests.data(), 1, false, 4, nullptr);
+    CHECK(one.data[0] == expected[size_t(i)]);
+  }
+  CHECK(src->nexts == std::vector<tz::io::NextRead>(3, tz::io::NextRead::follows));
   std::remove(path.c_str());
 }
 

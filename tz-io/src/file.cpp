@@ -170,7 +170,7 @@ void FileSink::close() {
 }
 
 void Source::read_scatter(uint64_t offset, const Segment* segments, size_t count,
-                          const std::function<void(size_t)>& on_segment) {
+                          const std::function<void(size_t)>& on_segment, NextRead) {
   for (size_t i = 0; i < count; ++i) {
     if (segments[i].dst && segments[i].len) read_at(offset, segments[i].dst, segments[i].len);
     offset += segments[i].len;

@@ -82,13 +82,15 @@ struct Transfer {
 
 }  // namespace
 
-// The size probe's response, kept open between reads. Its transfer runs on a
-// thread of its own; between reads the body callback waits inside libcurl
-// ("parked") until a reader hands it the next job, or the source closes it.
+// An open-ended response (the size probe's, or one a lazy load opened), kept
+// open between reads. Its transfer runs on a thread of its own; between reads
+// the body callback waits inside libcurl ("parked") until a reader hands it
+// the next job, or the stream is closed.
 struct HttpSource::Stream {
   std::mutex m;
   std::condition_variable cv;
   std::thread thread;
+  Cursor unused{nullptr, 0, nullptr};  // the transfer's own cursor: the jobs' take its bytes
   // The job being served; NULL once it is complete (or the transfer is over).
   Cursor* cursor = nullptr;
   uint64_t skip = 0;     // bytes to drop before the job's first
@@ -103,6 +105,42 @@ struct HttpSource::Stream {
   uint64_t total = 0;
   Attempt result;            // how the transfer ended, once it has
   std::exception_ptr error;  // thrown on the transfer's thread (by a job's on_segment)
+
+  ~Stream() {
+    close();
+    if (thread.joinable()) thread.join();
+  }
+
+  // Free for a read starting at `offset`? The caller holds `m`.
+  bool serves(uint64_t offset) const {
+    return !busy && !closing && !ended && offset >= pos && offset - pos <= kMaxStreamSkip;
+  }
+
+  // Hands the transfer a job; the caller holds `m`.
+  void install(Cursor& job, uint64_t skip_bytes, size_t n) {
+    busy = true;
+    cursor = &job;
+    skip = skip_bytes;
+    want = n;
+    got = 0;
+    cv.notify_all();
+  }
+
+  // Waits for the job to end, then leaves the stream open for the next read
+  // (`keep`) or stops it. Returns the bytes delivered.
+  size_t finish_job(std::unique_lock<std::mutex>& lock, bool keep) {
+    cv.wait(lock, [&] { return cursor == nullptr; });
+    const size_t delivered = got;
+    const std::exception_ptr failure = error;
+    busy = false;
+    if (!keep || ended || failure) {
+      closing = true;
+      cv.notify_all();
+    }
+    lock.unlock();
+    if (failure) std::rethrow_exception(failure);
+    return delivered;
+  }
 
   // Takes n body bytes; false stops the transfer.
   bool deliver(const Transfer& t, const uint8_t* data, size_t n) {
@@ -144,7 +182,7 @@ struct HttpSource::Stream {
   // Asks the transfer to stop; it ends at its next byte or progress call.
   void close() {
     std::lock_guard<std::mutex> lock(m);
-    closing = busy = true;
+    closing = true;
     cv.notify_all();
   }
 };
@@ -307,32 +345,16 @@ void HttpSource::probe() {
   prefix_.resize(kPrefixBytes);
   const Segment first_bytes{prefix_.data(), prefix_.size()};
   Cursor cursor(&first_bytes, 1, nullptr);
-  Stream* s = stream_ = new Stream;
-  s->cursor = &cursor;
-  s->want = prefix_.size();
-  s->busy = true;
-  Handle* h = acquire();
-  s->thread = std::thread([this, s, h, &cursor] {
-    Attempt a;
-    std::exception_ptr error;
-    try {
-      a = attempt(h, 0, cursor, kOpenEnded, false, s);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    release(h);
-    std::lock_guard<std::mutex> lock(s->m);
-    s->result = a;
-    s->error = error;
-    s->ended = true;
-    s->cursor = nullptr;
-    s->cv.notify_all();
-  });
-
+  std::shared_ptr<Stream> s = start_stream(0, cursor, prefix_.size());
+  {
+    std::lock_guard<std::mutex> guard(stream_mutex_);
+    stream_ = s;
+  }
   std::unique_lock<std::mutex> lock(s->m);
   s->cv.wait(lock, [&] { return s->cursor == nullptr; });
   const size_t got = s->got;
   const bool sized = s->sized;
+  const uint64_t total = s->total;
   const Attempt result = s->result;
   const bool ended = s->ended;
   const std::exception_ptr error = s->error;
@@ -340,7 +362,7 @@ void HttpSource::probe() {
   lock.unlock();
   if (error) std::rethrow_exception(error);
   if (sized) {
-    size_ = s->total;
+    size_ = total;
     size_known_ = true;
   }
   const size_t want = sized ? size_t(std::min<uint64_t>(size_, prefix_.size())) : prefix_.size();
@@ -358,14 +380,46 @@ void HttpSource::probe() {
   }
   if (!size_known_) fail(Errc::io, "The server did not report the size of " + describe());
   prefix_.resize(size_t(std::min<uint64_t>(size_, prefix_.size())));
+  last_end_.store(prefix_.size(), std::memory_order_relaxed);
+}
+
+std::shared_ptr<HttpSource::Stream> HttpSource::start_stream(uint64_t offset, Cursor& cursor, size_t want) {
+  auto s = std::make_shared<Stream>();
+  s->pos = offset;
+  s->install(cursor, 0, want);
+  Handle* h = acquire();
+  Stream* raw = s.get();  // the thread ends before the stream is destroyed
+  try {
+    s->thread = std::thread([this, raw, h, offset] {
+      Attempt a;
+      std::exception_ptr error;
+      try {
+        a = attempt(h, offset, raw->unused, kOpenEnded, false, raw);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      release(h);
+      std::lock_guard<std::mutex> lock(raw->m);
+      raw->result = a;
+      raw->error = error;
+      raw->ended = true;
+      raw->cursor = nullptr;
+      raw->cv.notify_all();
+    });
+  } catch (...) {
+    release(h);
+    throw;
+  }
+  return s;
 }
 
 void HttpSource::close_stream() noexcept {
-  if (!stream_) return;
-  stream_->close();
-  if (stream_->thread.joinable()) stream_->thread.join();
-  delete stream_;
-  stream_ = nullptr;
+  std::shared_ptr<Stream> old;
+  {
+    std::lock_guard<std::mutex> guard(stream_mutex_);
+    old = std::move(stream_);
+  }
+  // Destroying it stops and joins its transfer.
 }
 
 HttpSource::~HttpSource() {
@@ -547,25 +601,29 @@ void HttpSource::read_at(uint64_t offset, void* dst, size_t len) {
   }
   const Segment segment{dst, len};
   Cursor cursor(&segment, 1, nullptr);
-  fetch_after_prefix(offset, cursor, len, true);
+  last_end_.store(offset + len, std::memory_order_relaxed);
+  // Small sequential reads (a header, the metadata index) go on from here.
+  fetch_after_prefix(offset, cursor, len, true, false);
 }
 
 void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t count,
-                              const std::function<void(size_t)>& on_segment) {
+                              const std::function<void(size_t)>& on_segment, NextRead next) {
   uint64_t len = 0;
   for (size_t i = 0; i < count; ++i) len += segments[i].len;
   if (offset > size_ || len > size_ - offset) {
     fail(Errc::truncated, "Read past the end of " + describe() + " (" + std::to_string(size_) + " bytes)");
   }
   Cursor cursor(segments, count, &on_segment);
-  // A scattered read is a reader's whole run of tensors: what follows it
-  // goes to other requests.
-  fetch_after_prefix(offset, cursor, size_t(len), false);
+  // A reader's run of tensors in a larger plan is followed by other requests;
+  // a lazy load's next tensor usually follows this one. Only a read that goes
+  // on forward opens a response for what follows: one read backwards, with
+  // an open-ended range, would fetch bytes nobody asked for.
+  const bool follows = next == NextRead::follows;
+  const bool forward = offset >= last_end_.exchange(offset + len, std::memory_order_relaxed);
+  fetch_after_prefix(offset, cursor, size_t(len), follows, follows && forward);
 }
 
-// Serves what the probe already fetched from memory, then what the open
-// stream can, then requests the rest.
-void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream) {
+void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open) {
   if (offset < prefix_.size()) {
     const size_t n = std::min(len, size_t(prefix_.size() - offset));
     cursor.write(prefix_.data() + offset, n);
@@ -573,37 +631,40 @@ void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len,
     len -= n;
   }
   if (len > 0) {
-    const size_t got = read_from_stream(offset, cursor, len, keep_stream);
+    const size_t got = read_from_stream(offset, cursor, len, keep, may_open);
     offset += got;
     len -= got;
   }
   if (len > 0) fetch(offset, cursor, len, false);
 }
 
-size_t HttpSource::read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream) {
-  Stream* s = stream_;
-  if (!s) return 0;
-  std::unique_lock<std::mutex> lock(s->m);
-  if (s->busy || s->ended || offset < s->pos || offset - s->pos > kMaxStreamSkip) return 0;
-  s->busy = true;
-  s->cursor = &cursor;
-  s->skip = offset - s->pos;
-  s->want = len;
-  s->got = 0;
-  s->cv.notify_all();
-  s->cv.wait(lock, [&] { return s->cursor == nullptr; });
-  const size_t got = s->got;
-  const std::exception_ptr error = s->error;
-  if (keep_stream && !s->ended && !error) {
-    s->busy = false;
-  } else {
-    // Ended, failed, or not wanted further: stop it so it reads no more.
-    s->closing = true;
-    s->cv.notify_all();
+size_t HttpSource::read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open) {
+  std::shared_ptr<Stream> s;
+  {
+    std::lock_guard<std::mutex> guard(stream_mutex_);
+    s = stream_;
   }
-  lock.unlock();
-  if (error) std::rethrow_exception(error);
-  return got;
+  if (s) {
+    std::unique_lock<std::mutex> lock(s->m);
+    if (s->serves(offset)) {
+      s->install(cursor, offset - s->pos, len);
+      return s->finish_job(lock, keep);
+    }
+    if (s->busy) return 0;  // another reader's
+  }
+  if (!may_open) return 0;
+  // A new response from `offset` takes the place of the idle or finished one.
+  std::shared_ptr<Stream> fresh;
+  {
+    std::lock_guard<std::mutex> guard(stream_mutex_);
+    if (stream_ != s) return 0;  // another reader replaced it meanwhile
+    fresh = start_stream(offset, cursor, len);
+    stream_ = fresh;
+  }
+  if (s) s->close();
+  s.reset();  // the last owner joins its transfer
+  std::unique_lock<std::mutex> lock(fresh->m);
+  return fresh->finish_job(lock, keep);
 }
 
 }  // namespace tz::io

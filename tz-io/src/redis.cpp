@@ -281,7 +281,7 @@ void RedisSource::read_at(uint64_t offset, void* dst, size_t len) {
 }
 
 void RedisSource::read_scatter(uint64_t offset, const Segment* segments, size_t count,
-                               const std::function<void(size_t)>& on_segment) {
+                               const std::function<void(size_t)>& on_segment, NextRead) {
   // Every range first, so a missing key fails before anything is sent.
   std::vector<Range> ranges;
   std::vector<size_t> ranges_before(count + 1, 0);  // ranges of segments [0, i)

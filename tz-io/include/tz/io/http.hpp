@@ -5,9 +5,11 @@
 // verified by default. Transient failures (connection reset or cut
 // mid-body, stalls, timeouts, 5xx, 408, 429) are retried with backoff,
 // resuming from the first byte not yet received; other 4xx fail at once.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -43,12 +45,12 @@ class HttpSource final : public Source {
   uint64_t size() const override { return size_; }
   void read_at(uint64_t offset, void* dst, size_t len) override;
   void read_scatter(uint64_t offset, const Segment* segments, size_t count,
-                    const std::function<void(size_t)>& on_segment) override;
+                    const std::function<void(size_t)>& on_segment, NextRead next) override;
   bool coalesce_reads() const override { return true; }
   std::string describe() const override { return redact_url(url_); }
 
   struct Cursor;  // where a transfer's bytes go (defined in http.cpp)
-  struct Stream;  // the probe's response, kept open (defined in http.cpp)
+  struct Stream;  // an open-ended response kept open between reads (defined in http.cpp)
 
  private:
   struct Handle;
@@ -69,12 +71,18 @@ class HttpSource final : public Source {
                   Stream* stream = nullptr);
   // `first`: the outcome of an attempt already made for this range.
   void fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size, const Attempt* first = nullptr);
-  // `keep_stream`: the caller is likely to read on from where this read ends.
-  void fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream);
+  // Serves what the probe fetched from memory, then what an open response
+  // can, then requests the rest. `keep`: leave the response open afterwards;
+  // `may_open`: a new open-ended response may start for this read.
+  void fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open);
   void probe();
-  // Serves the start of a read from the open stream when it stands at most
-  // kMaxStreamSkip bytes before `offset`; returns the bytes delivered.
-  size_t read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep_stream);
+  // Starts an open-ended response at `offset` on a thread of its own; its
+  // first job delivers `want` bytes to `cursor`.
+  std::shared_ptr<Stream> start_stream(uint64_t offset, Cursor& cursor, size_t want);
+  // Serves the start of a read from the open response when it stands at most
+  // kMaxStreamSkip bytes before `offset`, or (`may_open`) from a new one that
+  // replaces an idle one; returns the bytes delivered.
+  size_t read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open);
   void close_stream() noexcept;
 
   static constexpr size_t kPrefixBytes = size_t(1) << 20;
@@ -91,7 +99,11 @@ class HttpSource final : public Source {
   std::mutex pool_mutex_;
   std::vector<Handle*> pool_;
   ::curl_slist* headers_ = nullptr;
-  Stream* stream_ = nullptr;  // owned; NULL once closed
+  std::mutex stream_mutex_;
+  std::shared_ptr<Stream> stream_;  // the open response, if any
+  // Where the last read ended: reads that go on forward may open a response
+  // for what follows; reads going back use closed ranges (no read-ahead).
+  std::atomic<uint64_t> last_end_{0};
 };
 
 }  // namespace tz::io

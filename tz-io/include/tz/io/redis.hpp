@@ -37,7 +37,7 @@ class RedisSource final : public Source {
   void read_at(uint64_t offset, void* dst, size_t len) override;
   // Pipelined GETRANGEs on one connection, a bounded number of bytes ahead.
   void read_scatter(uint64_t offset, const Segment* segments, size_t count,
-                    const std::function<void(size_t)>& on_segment) override;
+                    const std::function<void(size_t)>& on_segment, NextRead next) override;
   bool coalesce_reads() const override { return true; }
   std::string describe() const override;
   // to_redis stores only the tensors its filter kept.

@@ -19,6 +19,11 @@ struct Segment {
   size_t len;
 };
 
+// Where a caller expects its next read to start, after a scattered read.
+// `follows`: at the end of this one (a lazy load going through a file in
+// order), so a remote source may keep its response open for it.
+enum class NextRead { elsewhere, follows };
+
 class Source {
  public:
   virtual ~Source() = default;
@@ -34,7 +39,7 @@ class Source {
   // on the calling thread, and may throw to stop the read. Sources that pay
   // per request serve the whole range with one request.
   virtual void read_scatter(uint64_t offset, const Segment* segments, size_t count,
-                            const std::function<void(size_t)>& on_segment);
+                            const std::function<void(size_t)>& on_segment, NextRead next);
   // True when each request costs a round trip or more (HTTP, S3): readers
   // then merge neighbouring tensors into few large requests.
   virtual bool coalesce_reads() const { return false; }
