@@ -17,6 +17,8 @@ measurement).  Rows:
   best setting, verify_hash=True and the same load of upstream's file;
 * upstream: the same call on its own file (it runs the curl tool, one process
   per reader), N swept; then verify_hash=True at its best N;
+* lazy (information): each peer's lazy_load=True load of its own file at the
+  default num_readers, every tensor accessed once in file order;
 * curl raw: `curl -s -o /dev/null URL` on ours' file, and the same file as N
   parallel ranged requests (`curl -r a-b`, one process each) for each N.
 
@@ -60,7 +62,7 @@ CURL = shutil.which("curl") or "/usr/bin/curl"
 def worker_load(spec):
     import torch  # noqa: F401  (imported before timing, like bench_local)
 
-    kwargs = dict(device="cpu", lazy_load=False)
+    kwargs = dict(device="cpu", lazy_load=bool(spec.get("lazy")))
     if spec.get("num_readers") is not None:
         kwargs["num_readers"] = spec["num_readers"]
     if spec.get("verify_hash"):
@@ -263,6 +265,11 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, data_bytes, ref_fp,
              u_ours, num_readers=ours_n, verify_hash=True),
         load("load.ours.upfile", f"ours     upstream's file, {ours_n_lbl}", ours,
              f_up, u_up, num_readers=ours_n),
+        # Lazy loads read a tensor per access, here in file order (information).
+        load("load.ours.lazy", "ours     lazy_load=True (info)", ours, f_ours, u_ours,
+             lazy=True),
+        load("load.upstream.lazy", "upstream lazy_load=True (info)", upstream, f_up,
+             u_up, lazy=True),
     ]
     if up_n is not None:
         phase_b.append(load("load.upstream.verify",

@@ -22,6 +22,8 @@ S3 server on 127.0.0.1, keys "testing"/"testing").  Rows:
   force_http=True), num_readers=N, ...) on its own file (upstream presigns a
   GET URL with boto3 and runs the curl tool, one process per reader); N swept;
   open_stream is inside the timing;
+* lazy (information): each peer's lazy_load=True load of its own object at the
+  default num_readers, every tensor accessed once in file order;
 * curl raw: `curl -s -o /dev/null URL` on a boto3 presigned GET URL of ours'
   object; and, for information, one 1 KiB ranged GET (moto's cost per request);
 * saves: ours TensorSerializer("s3://bucket/ours-save.tensors") (streams a
@@ -91,7 +93,7 @@ def _open_upstream(spec, mode):
 def worker_load(spec):
     import torch  # noqa: F401  (imported before timing, like bench_local)
 
-    kwargs = dict(device="cpu", lazy_load=False)
+    kwargs = dict(device="cpu", lazy_load=bool(spec.get("lazy")))
     if spec.get("num_readers") is not None:
         kwargs["num_readers"] = spec["num_readers"]
     if spec["impl"] == "upstream":
@@ -302,6 +304,10 @@ def _run(args, sweep, ncpu, ours, upstream, rawp, src, man, moto, tmp, t_start):
     for n in sweep:
         configs.append(load(f"load.upstream.r{n}", f"upstream num_readers={n}",
                             upstream, num_readers=n))
+    # Lazy loads read a tensor per access, here in file order (information).
+    configs.append(load("load.ours.lazy", "ours     lazy_load=True (info)", ours, lazy=True))
+    configs.append(load("load.upstream.lazy", "upstream lazy_load=True (info)", upstream,
+                        lazy=True))
     configs.append(("curl.r1", "curl     -s -o /dev/null <presigned URL>", rawp,
                     dict(kind="curl", url=url_ours, size=size_ours)))
     configs.append(("curl.range1k", "curl     -r 0-1023 (one request, info)", rawp,
