@@ -445,9 +445,12 @@ void Reader::read_coalesced(const ReadRequest* reqs, size_t count, bool verify, 
       throw;
     }
   };
-  // A single span (a lazy load's one tensor) is likely followed by the next
-  // tensor in the file; spans of a larger plan know where the next one starts.
-  const io::NextRead next = spans.size() == 1 ? io::NextRead::follows : io::NextRead::elsewhere;
+  // The next read (a lazy load's next tensor, the next batch) likely starts
+  // where the last span ends; the other spans know where the next one starts.
+  auto next_after = [&](size_t s) {
+    if (s + 1 < spans.size()) return io::NextRead::elsewhere;
+    return spans.size() == 1 ? io::NextRead::follows : io::NextRead::follows_alongside;
+  };
   size_t failed_span = 0;
   try {
     parallel_for(spans.size(), std::min<size_t>(threads, spans.size()), [&](size_t s) {
@@ -457,7 +460,7 @@ void Reader::read_coalesced(const ReadRequest* reqs, size_t count, bool verify, 
         if (p == SIZE_MAX) return;
         const Piece& piece = pieces[p];
         if (pending[piece.request].fetch_sub(piece.len, std::memory_order_acq_rel) == piece.len) finish(piece.request);
-      }, next);
+      }, next_after(s));
     }, &failed_span);
   } catch (...) {
     if (failed) {

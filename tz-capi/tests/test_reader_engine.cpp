@@ -204,8 +204,9 @@ TEST_CASE("a large load is split into about one request per thread, gaps are ski
   for (size_t k = 0; k < wanted.size(); ++k) CHECK(l2.data[k] == expected[size_t(wanted[k])]);
   REQUIRE(src->spans.size() == 2);
   CHECK(src->spans[1] == r2->entries()[20].header_offset);
-  // Spans of a plan know where the next one starts.
-  CHECK(src->nexts == std::vector<tz::io::NextRead>(2, tz::io::NextRead::elsewhere));
+  // Spans of a plan know where the next one starts; the last one's end is
+  // where the next read (the next batch) likely starts.
+  CHECK(src->nexts == std::vector<tz::io::NextRead>{tz::io::NextRead::elsewhere, tz::io::NextRead::follows_alongside});
 
   // One tensor at a time (a lazy load): each read is likely followed by the
   // next tensor, so a remote source may keep its response open.

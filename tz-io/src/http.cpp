@@ -98,6 +98,7 @@ struct HttpSource::Stream {
   size_t got = 0;        // of them delivered
   bool busy = false;     // a reader owns the current job
   bool closing = false;  // stop at the next chance; nobody takes it any more
+  bool retired = false;  // replaced as the source's open response: stop after the current job
   bool ended = false;    // the transfer is over
   uint64_t pos = 0;      // object offset of the next byte
   // The object's size, from the response headers.
@@ -113,7 +114,7 @@ struct HttpSource::Stream {
 
   // Free for a read starting at `offset`? The caller holds `m`.
   bool serves(uint64_t offset) const {
-    return !busy && !closing && !ended && offset >= pos && offset - pos <= kMaxStreamSkip;
+    return !busy && !closing && !retired && !ended && offset >= pos && offset - pos <= kMaxStreamSkip;
   }
 
   // Hands the transfer a job; the caller holds `m`.
@@ -133,7 +134,7 @@ struct HttpSource::Stream {
     const size_t delivered = got;
     const std::exception_ptr failure = error;
     busy = false;
-    if (!keep || ended || failure) {
+    if (!keep || ended || failure || retired) {
       closing = true;
       cv.notify_all();
     }
@@ -177,6 +178,16 @@ struct HttpSource::Stream {
       }
     }
     return true;
+  }
+
+  // Takes it out of service: it stops now, or after the job a reader is on.
+  void retire() {
+    std::lock_guard<std::mutex> lock(m);
+    retired = true;
+    if (!busy) {
+      closing = true;
+      cv.notify_all();
+    }
   }
 
   // Asks the transfer to stop; it ends at its next byte or progress call.
@@ -603,7 +614,7 @@ void HttpSource::read_at(uint64_t offset, void* dst, size_t len) {
   Cursor cursor(&segment, 1, nullptr);
   last_end_.store(offset + len, std::memory_order_relaxed);
   // Small sequential reads (a header, the metadata index) go on from here.
-  fetch_after_prefix(offset, cursor, len, true, false);
+  fetch_after_prefix(offset, cursor, len, true, Opening::never);
 }
 
 void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t count,
@@ -618,12 +629,15 @@ void HttpSource::read_scatter(uint64_t offset, const Segment* segments, size_t c
   // a lazy load's next tensor usually follows this one. Only a read that goes
   // on forward opens a response for what follows: one read backwards, with
   // an open-ended range, would fetch bytes nobody asked for.
-  const bool follows = next == NextRead::follows;
+  const bool follows = next != NextRead::elsewhere;
   const bool forward = offset >= last_end_.exchange(offset + len, std::memory_order_relaxed);
-  fetch_after_prefix(offset, cursor, size_t(len), follows, follows && forward);
+  const Opening open = !follows || !forward           ? Opening::never
+                       : next == NextRead::follows ? Opening::instead_of_any
+                                                   : Opening::instead_of_busy;
+  fetch_after_prefix(offset, cursor, size_t(len), follows, open);
 }
 
-void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open) {
+void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep, Opening open) {
   if (offset < prefix_.size()) {
     const size_t n = std::min(len, size_t(prefix_.size() - offset));
     cursor.write(prefix_.data() + offset, n);
@@ -631,14 +645,14 @@ void HttpSource::fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len,
     len -= n;
   }
   if (len > 0) {
-    const size_t got = read_from_stream(offset, cursor, len, keep, may_open);
+    const size_t got = read_from_stream(offset, cursor, len, keep, open);
     offset += got;
     len -= got;
   }
   if (len > 0) fetch(offset, cursor, len, false);
 }
 
-size_t HttpSource::read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open) {
+size_t HttpSource::read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep, Opening open) {
   std::shared_ptr<Stream> s;
   {
     std::lock_guard<std::mutex> guard(stream_mutex_);
@@ -650,10 +664,12 @@ size_t HttpSource::read_from_stream(uint64_t offset, Cursor& cursor, size_t len,
       s->install(cursor, offset - s->pos, len);
       return s->finish_job(lock, keep);
     }
-    if (s->busy) return 0;  // another reader's
+    const bool idle = !s->busy && !s->closing && !s->retired && !s->ended;
+    if (idle && open == Opening::instead_of_busy) return 0;  // another read may be about to take it
   }
-  if (!may_open) return 0;
-  // A new response from `offset` takes the place of the idle or finished one.
+  if (open == Opening::never) return 0;
+  // A new response from `offset` takes the place of the current one, which
+  // stops now, or once the reader it serves (another part of this load) is done.
   std::shared_ptr<Stream> fresh;
   {
     std::lock_guard<std::mutex> guard(stream_mutex_);
@@ -661,7 +677,7 @@ size_t HttpSource::read_from_stream(uint64_t offset, Cursor& cursor, size_t len,
     fresh = start_stream(offset, cursor, len);
     stream_ = fresh;
   }
-  if (s) s->close();
+  if (s) s->retire();
   s.reset();  // the last owner joins its transfer
   std::unique_lock<std::mutex> lock(fresh->m);
   return fresh->finish_job(lock, keep);

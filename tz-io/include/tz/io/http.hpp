@@ -71,18 +71,24 @@ class HttpSource final : public Source {
                   Stream* stream = nullptr);
   // `first`: the outcome of an attempt already made for this range.
   void fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size, const Attempt* first = nullptr);
+  // When a read that the open response cannot serve may start a new one
+  // (an open-ended range) in its place.
+  enum class Opening {
+    never,
+    instead_of_busy,  // only if the current one is busy or over (never an idle one)
+    instead_of_any,
+  };
   // Serves what the probe fetched from memory, then what an open response
-  // can, then requests the rest. `keep`: leave the response open afterwards;
-  // `may_open`: a new open-ended response may start for this read.
-  void fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open);
+  // can, then requests the rest. `keep`: leave the response open afterwards.
+  void fetch_after_prefix(uint64_t offset, Cursor& cursor, size_t len, bool keep, Opening open);
   void probe();
   // Starts an open-ended response at `offset` on a thread of its own; its
   // first job delivers `want` bytes to `cursor`.
   std::shared_ptr<Stream> start_stream(uint64_t offset, Cursor& cursor, size_t want);
   // Serves the start of a read from the open response when it stands at most
-  // kMaxStreamSkip bytes before `offset`, or (`may_open`) from a new one that
-  // replaces an idle one; returns the bytes delivered.
-  size_t read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep, bool may_open);
+  // kMaxStreamSkip bytes before `offset`, or from a new one that takes its
+  // place as `open` allows; returns the bytes delivered.
+  size_t read_from_stream(uint64_t offset, Cursor& cursor, size_t len, bool keep, Opening open);
   void close_stream() noexcept;
 
   static constexpr size_t kPrefixBytes = size_t(1) << 20;

@@ -22,7 +22,9 @@ struct Segment {
 // Where a caller expects its next read to start, after a scattered read.
 // `follows`: at the end of this one (a lazy load going through a file in
 // order), so a remote source may keep its response open for it.
-enum class NextRead { elsewhere, follows };
+// `follows_alongside`: the same, but other reads of the caller run at the
+// same time, and an idle open response may be about to serve one of them.
+enum class NextRead { elsewhere, follows, follows_alongside };
 
 class Source {
  public:
