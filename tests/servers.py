@@ -148,6 +148,7 @@ class FaultProxy:
         self.connections = 0
         self.response_bytes = 0  # forwarded to clients, headers included
         self.requests = 0  # HTTP requests seen (curl sends each in one piece)
+        self.request_data = bytearray()  # everything clients sent
         self._lock = threading.Lock()
         self._sock = socket.socket()
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -220,6 +221,7 @@ class FaultProxy:
                 self.response_bytes += len(data)
             else:
                 self.requests += data.count(b"GET ")
+                self.request_data += data
 
     def _pump(self, src: socket.socket, dst: socket.socket, limit: Optional[int]) -> None:
         sent = 0

@@ -735,3 +735,29 @@ def test_meta_module_written_and_loaded(tmp_path):
     dst = torch.nn.Linear(4, 3)
     TensorDeserializer(str(p), device="cpu", verify_hash=True).load_into_module(dst)
     assert not dst.weight.detach().any() and dst.weight.shape == (3, 4)
+
+
+def test_the_private_file_header_reads_as_upstreams(tmp_path):
+    # Upstream users (and upstream's own tests) read TensorDeserializer._file_header.
+    from tensorizer import DecryptionParams, EncryptionParams
+    from tensorizer._crypt import available
+
+    assert available is True
+    plain, enc = tmp_path / "plain.tensors", tmp_path / "enc.tensors"
+    sd = {"a": torch.arange(3), "b": torch.ones(2, 2)}
+    s = TensorSerializer(plain)
+    s.write_state_dict(sd)
+    s.close()
+    key = EncryptionParams.random()
+    s = TensorSerializer(enc, encryption=key)
+    s.write_state_dict(sd)
+    s.close()
+    with TensorDeserializer(plain, lazy_load=True) as t:
+        h = t._file_header
+        assert h.tensor_count == 2
+        assert h.tensor_size == t.total_file_bytes
+        assert h.feature_flags == 0
+        assert h.version_number >= 1
+    with TensorDeserializer(enc, lazy_load=True, encryption=DecryptionParams.from_key(key.key)) as t:
+        # Data version 3 marks encryption; the feature flags exist from version 4 on.
+        assert t._file_header.version_number >= 3

@@ -20,7 +20,7 @@ from tensorizer import (
     TensorDeserializer,
     TensorSerializer,
 )
-from tensorizer import _native
+from tensorizer import _native, stream_io
 from tensorizer._native import ffi
 from tensorizer.serialization import HashMismatchError
 
@@ -391,6 +391,42 @@ def test_open_stream_reads_ranges_and_feeds_the_deserializer(site):
             _check(t, site["sd"])
     with pytest.raises(ValueError, match="read-only"):
         stream_io.open_stream(url, "wb")
+
+
+def test_curl_stream_file_reads_ranges_and_sends_headers(site):
+    data = (site["root"] / "plain.tensors").read_bytes()
+    with servers.FaultProxy(site["nginx"].port) as proxy:
+        with stream_io.CURLStreamFile(proxy.url("plain.tensors"), begin=100, end=5000,
+                                      headers={"X-Tensorizer-Test": "yes"}) as f:
+            assert f.tell() == 100
+            assert f.read(10) == data[100:110]
+            f.seek(4000)
+            assert f.read() == data[4000:5000]  # stops at `end`
+            assert f.read(1) == b""
+            # The buffer (no larger than the range) took the whole range at once.
+            assert f.bytes_read == 4900 and f.read_operations == 1
+        assert b"X-Tensorizer-Test: yes" in proxy.request_data
+    # At offset 0, a TensorDeserializer reads the URL natively.
+    with TensorDeserializer(stream_io.CURLStreamFile(site["nginx"].url("plain.tensors"))) as t:
+        _check(t, site["sd"])
+    # open_stream gives the same class, as upstream's does.
+    with stream_io.open_stream(site["nginx"].url("plain.tensors")) as f:
+        assert isinstance(f, stream_io.CURLStreamFile)
+        assert f.read(5) == b"|TZR|"
+
+
+def test_curl_stream_file_checks_its_arguments(site):
+    url = site["nginx"].url("plain.tensors")
+    with pytest.raises(ValueError, match="begin"):
+        stream_io.CURLStreamFile(url, begin=-1)
+    with pytest.raises(ValueError, match="strictly after"):
+        stream_io.CURLStreamFile(url, begin=10, end=10)
+    with pytest.raises(ValueError, match="http"):
+        stream_io.CURLStreamFile("s3://bucket/key")
+    with pytest.raises(ValueError, match="header"):
+        stream_io.CURLStreamFile(url, headers={"X-A": "1\r\nX-Injected: 1"})
+    with pytest.raises(FileNotFoundError):
+        stream_io.CURLStreamFile(site["nginx"].url("missing.tensors"))
 
 
 def test_open_stream_certificate_handling(site):

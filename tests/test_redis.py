@@ -89,7 +89,15 @@ def test_to_redis_then_load(tmp_path, redis_server, encrypted):
     # The stream API reads the same bytes.
     data = path.read_bytes()
     with stream_io.open_stream(redis_server.uri(prefix)) as f:
+        assert isinstance(f, stream_io.RedisStreamFile)  # as upstream's open_stream
         assert f.read(73) == data[:73]
+    # Upstream's class, with a range: the header and data keys read as one file.
+    with stream_io.RedisStreamFile(redis_server.uri(prefix), begin=50, end=len(data) - 10) as f:
+        assert f.read() == data[50:-10]
+        f.seek(60)
+        assert f.read(100) == data[60:160]
+    with pytest.raises(ValueError, match="redis://"):
+        stream_io.RedisStreamFile("http://localhost/x")
 
 
 def test_pipelined_reads_beyond_the_window(tmp_path, redis_server):

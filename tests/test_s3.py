@@ -210,3 +210,41 @@ def test_open_stream_for_writing(s3, clean_env):
             f.write(payload)
             raise RuntimeError("boom")
     assert client.list_objects_v2(Bucket="bucket", Prefix="aborted").get("KeyCount", 0) == 0
+
+
+def test_s3_upload_and_s3_download(s3, clean_env, tmp_path):
+    # Upstream's helpers: explicit credentials and endpoint (any scheme, as boto3 takes).
+    endpoint = s3["server"].endpoint
+    client = s3["server"].client()
+    payload = bytes(range(251)) * (100 * 1024)  # ~24.5 MiB: more than one part
+    src = tmp_path / "payload.bin"
+    src.write_bytes(payload)
+    stream_io.s3_upload(str(src), "s3://bucket/uploaded.bin", "testing", "testing", s3_endpoint=endpoint)
+    assert client.get_object(Bucket="bucket", Key="uploaded.bin")["Body"].read() == payload
+    # An empty file makes an empty object.
+    (tmp_path / "empty.bin").write_bytes(b"")
+    stream_io.s3_upload(tmp_path / "empty.bin", "s3://bucket/empty.bin", "testing", "testing", endpoint)
+    assert client.head_object(Bucket="bucket", Key="empty.bin")["ContentLength"] == 0
+
+    with stream_io.s3_download("s3://bucket/uploaded.bin", "testing", "testing", endpoint,
+                               begin=1000, end=3_000_000) as f:
+        assert isinstance(f, stream_io.CURLStreamFile)
+        assert f.read() == payload[1000:3_000_000]
+    with stream_io.s3_download(s3["uri"], "testing", "testing", endpoint) as f:
+        with TensorDeserializer(f) as t:  # at offset 0: read natively
+            _check(t, s3["sd"])
+    with pytest.raises(FileNotFoundError):
+        stream_io.s3_download("s3://bucket/missing.bin", "testing", "testing", endpoint)
+    with pytest.raises(ValueError, match="s3://"):
+        stream_io.s3_upload(str(src), "https://example.com/x", "testing", "testing", endpoint)
+
+
+def test_the_default_endpoints_can_be_changed(s3, clean_env, monkeypatch):
+    # Where s3:// goes when nothing names an endpoint: upstream's module defaults.
+    monkeypatch.setattr(stream_io, "default_s3_read_endpoint", s3["server"].endpoint)
+    monkeypatch.setattr(stream_io, "default_s3_write_endpoint", s3["server"].endpoint)
+    args = dict(s3_access_key_id="testing", s3_secret_access_key="testing", force_http=True)
+    with stream_io.open_stream("s3://bucket/default-endpoint.bin", "wb", **args) as f:
+        f.write(b"through the default endpoint")
+    with stream_io.open_stream("s3://bucket/default-endpoint.bin", "rb", **args) as f:
+        assert f.read() == b"through the default endpoint"

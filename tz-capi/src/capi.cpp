@@ -106,6 +106,7 @@ bool apply_s3_option(const std::shared_ptr<tz::io::S3Options>& s3, const std::st
   else if (k == "s3_secret_access_key") s3->secret_access_key = v;
   else if (k == "s3_session_token") s3->session_token = v;
   else if (k == "s3_endpoint") s3->endpoint = v;
+  else if (k == "s3_default_endpoint") s3->default_endpoint = v;
   else if (k == "s3_region") s3->region = v;
   else if (k == "s3_config_path") s3->config_path = v;
   else if (k == "s3_force_http") s3->force_http = parse_bool(k, v);
@@ -207,7 +208,7 @@ int tz_options_set(tz_options* opts, const char* key, const char* value) {
     else if (k == "crypt_chunk_size") parse_u64(k, v, 1024, uint64_t(1) << 40);
     else if (k == "tls_verify") parse_bool(k, v);
     else if (k == "ca_file" || k == "ca_dir" || k == "http_headers" || k == "s3_access_key_id" ||
-             k == "s3_secret_access_key" || k == "s3_session_token" || k == "s3_endpoint" || k == "s3_region" ||
+             k == "s3_secret_access_key" || k == "s3_session_token" || k == "s3_endpoint" || k == "s3_default_endpoint" || k == "s3_region" ||
              k == "s3_config_path" || k == "s3_addressing") {
     } else if (k == "s3_force_http") parse_bool(k, v);
     else if (k == "s3_part_size") parse_u64(k, v, uint64_t(5) << 20, uint64_t(5) << 30); else if (k == "http_max_attempts") parse_u64(k, v, 1, 1000);

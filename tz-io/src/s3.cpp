@@ -167,6 +167,7 @@ S3Target resolve_s3(const std::string& uri, const S3Options& o, bool for_write,
       endpoint_trusted = true;
     }
   }
+  if (endpoint.empty()) endpoint = o.default_endpoint;
   if (endpoint.empty()) endpoint = for_write ? "object.ord1.coreweave.com" : "accel-object.ord1.coreweave.com";
   std::string ep_scheme = "https";
   std::string host = endpoint;

@@ -11,6 +11,7 @@ data in Python: bytes go straight between the file and tensor memory.
 import collections.abc
 import contextlib
 import dataclasses
+import enum
 import errno
 import gc
 import io
@@ -163,8 +164,28 @@ class TensorEntry:
         return self.metadata_version >= LONG_TENSOR_TENSORIZER_VERSION
 
 
+class _FileFeatureFlags(enum.IntFlag):
+    encrypted = enum.auto()
+
+
 class _FileHeader:
-    """Namespace for header-related definitions (upstream compatibility)."""
+    """The file header's fields, as a TensorDeserializer read them
+    (``_file_header``, upstream's private attribute of the same shape)."""
+
+    __slots__ = ("version_number", "feature_flags", "tensor_size", "tensor_count")
+
+    def __init__(self, version_number: int, feature_flags: int, tensor_size: int, tensor_count: int):
+        self.version_number = version_number
+        self.feature_flags = _FileFeatureFlags(feature_flags)
+        self.tensor_size = tensor_size
+        self.tensor_count = tensor_count
+
+    def __repr__(self) -> str:
+        return (
+            f"_FileHeader(version_number={self.version_number},"
+            f" feature_flags={self.feature_flags!r}, tensor_size={self.tensor_size},"
+            f" tensor_count={self.tensor_count})"
+        )
 
     class InvalidVersionError(ValueError):
         version: int
@@ -684,6 +705,9 @@ class TensorDeserializer(
         count_p = ffi.new("uint64_t *")
         _native.check(lib.tz_reader_tensor_count(count_p, self._reader))
         count = int(count_p[0])
+        self._file_header = _FileHeader(
+            self._data_version, self._file_flags, self._tensor_data_size, count
+        )
         tinfo = ffi.new("tz_tensor_info *")
         entries: List[_Entry] = []
         unpack = ffi.unpack
@@ -1549,6 +1573,7 @@ class TensorSerializer:
             url = stream_io.http_url(file_obj)
             if url is not None and url.lower().startswith("s3://"):
                 # Streamed into a multipart upload by the native writer.
+                self._target_options = stream_io.http_options(url, for_write=True)
                 return url
         if isinstance(file_obj, (str, bytes, os.PathLike)):
             path = stream_io.local_path(file_obj)

@@ -2,10 +2,12 @@
 Opening tensorizer sources and targets as file-like objects.
 
 ``open_stream`` opens local files (plain paths, ``os.PathLike`` objects and
-``file://`` URIs). ``TensorDeserializer`` also reads ``http://`` and
-``https://`` URLs directly (the native reader fetches byte ranges itself);
-file objects for remote schemes (``http(s)://``, ``s3://``, ``redis://``)
-are not supported by this build yet.
+``file://`` URIs) and, through libtensorizer, ``http(s)://``, ``s3://`` and
+``redis://`` objects for reading and ``s3://`` objects for writing (a
+multipart upload). ``TensorDeserializer`` and ``TensorSerializer`` given such
+a URI, or a stream ``open_stream`` returned, read and write it natively.
+``CURLStreamFile``, ``RedisStreamFile``, ``s3_download`` and ``s3_upload``
+are upstream's names for the same streams.
 """
 
 import io
@@ -14,7 +16,20 @@ import typing
 import urllib.parse
 from typing import Optional, Union
 
-__all__ = ["open_stream", "CAInfo", "RemoteStreamFile", "RemoteWriteStream"]
+__all__ = [
+    "open_stream",
+    "CURLStreamFile",
+    "RedisStreamFile",
+    "CAInfo",
+    "RemoteStreamFile",
+    "RemoteWriteStream",
+]
+
+# Where s3:// URIs go when no argument, s3cmd config, environment variable or
+# AWS config names an endpoint (upstream's defaults). Read at each call, so
+# assigning these changes the default for later streams.
+default_s3_read_endpoint = "accel-object.ord1.coreweave.com"
+default_s3_write_endpoint = "object.ord1.coreweave.com"
 
 _REMOTE_SCHEMES = ("http", "https", "s3", "redis")
 
@@ -110,20 +125,29 @@ class CAInfo:
         return {"ca_dir": os.fspath(self.capath)}
 
 
-def http_options(url: str, certificate_handling: Optional[CAInfo] = None) -> dict:
-    """libtensorizer options for an http(s) URL: `certificate_handling`, or,
-    like the curl tool upstream runs, CURL_CA_BUNDLE / SSL_CERT_FILE /
-    SSL_CERT_DIR from the environment."""
+def http_options(
+    url: str, certificate_handling: Optional[CAInfo] = None, for_write: bool = False
+) -> dict:
+    """libtensorizer options for an http(s) or s3 URL: `certificate_handling`,
+    or, like the curl tool upstream runs, CURL_CA_BUNDLE / SSL_CERT_FILE /
+    SSL_CERT_DIR from the environment; for s3:// the module's current
+    default endpoint for reads or writes."""
+    scheme = url.split(":", 1)[0].lower()
+    values = {}
+    if scheme == "s3":
+        values["s3_default_endpoint"] = (
+            default_s3_write_endpoint if for_write else default_s3_read_endpoint
+        )
     if certificate_handling is not None:
         if not isinstance(certificate_handling, CAInfo):
             raise TypeError(
                 "certificate_handling: expected CAInfo or None,"
                 f" got {certificate_handling.__class__.__name__}"
             )
-        return certificate_handling.options()
-    if not url.lower().startswith("https://"):
-        return {}
-    values = {}
+        values.update(certificate_handling.options())
+        return values
+    if scheme not in ("https", "s3"):
+        return values
     ca_file = os.environ.get("CURL_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
     if ca_file:
         values["ca_file"] = ca_file
@@ -236,6 +260,11 @@ class RemoteStreamFile(_NativeStream):
         if not 0 <= self._begin <= self._end:
             raise ValueError(f"Invalid range: begin={begin}, end={end} (size {self._size})")
         self._pos = self._begin
+        # Upstream's counters. Seeking never reads and discards here (every
+        # read asks for its own range), so bytes_skipped stays 0.
+        self.bytes_read = 0
+        self.bytes_skipped = 0
+        self.read_operations = 0
 
     def readable(self) -> bool:
         return True
@@ -261,7 +290,10 @@ class RemoteStreamFile(_NativeStream):
             n = max(0, min(len(view), self._end - self._pos))
             if n == 0:
                 return 0
-            return self._transfer(self._native.lib.tz_source_read, self._src, view, n)
+            n = self._transfer(self._native.lib.tz_source_read, self._src, view, n)
+            self.bytes_read += n
+            self.read_operations += 1
+            return n
 
     def close(self) -> None:
         if not self.closed and getattr(self, "_src", None) is not None:
@@ -340,6 +372,183 @@ class RemoteWriteStream(_NativeStream):
         return super().__exit__(exc_type, exc, tb)
 
 
+def _require_scheme(uri: str, schemes: typing.Tuple[str, ...], what: str) -> None:
+    if not isinstance(uri, str) or uri.split(":", 1)[0].lower() not in schemes:
+        raise ValueError(f"{what} takes a {' or '.join(s + '://' for s in schemes)} URI, got {uri!r}")
+
+
+class _RemoteReader(io.BufferedReader):
+    """A buffered reader over a RemoteStreamFile from `begin` to `end`
+    (exclusive), with upstream's checks of both, a buffer no larger than the
+    range, and upstream's counters."""
+
+    def __init__(
+        self,
+        url: str,
+        options: dict,
+        begin: Optional[int],
+        end: Optional[int],
+        buffer_size: Optional[int],
+    ) -> None:
+        if begin is not None and begin < 0:
+            raise ValueError("Invalid begin, must be non-negative")
+        if end is not None and end <= (begin or 0):
+            raise ValueError(
+                "End marker must come strictly after begin marker"
+                f" (requested range: {begin or 0} to {end})"
+            )
+        size = 16 << 20 if buffer_size is None else buffer_size
+        if end is not None:
+            size = min(size, end - (begin or 0))
+        super().__init__(RemoteStreamFile(url, options, begin, end), max(size, 1))
+
+    bytes_read = property(lambda self: self.raw.bytes_read)
+    bytes_skipped = property(lambda self: self.raw.bytes_skipped)
+    read_operations = property(lambda self: self.raw.read_operations)
+
+    @classmethod
+    def _with_options(cls, url, options, begin=None, end=None, buffer_size=None):
+        """An instance on options already resolved (open_stream, s3_download:
+        upstream returns these classes from both, for http(s)/s3 and redis)."""
+        stream = cls.__new__(cls)
+        _RemoteReader.__init__(stream, url, options, begin, end, buffer_size)
+        return stream
+
+
+class CURLStreamFile(_RemoteReader):
+    """
+    Upstream's HTTP(S) stream, built here on libtensorizer's ranged GETs
+    instead of a curl process: a buffered, seekable reader of `uri` from
+    `begin` to `end` (exclusive), with pooled connections, resuming retries
+    and TLS verification (`certificate_handling`). `headers` (a mapping) are
+    sent with every request. Seeking anywhere is cheap: each read asks for its
+    own range. Counters: ``bytes_read``, ``bytes_skipped``, ``read_operations``.
+    A ``TensorDeserializer`` given a stream still at offset 0 reads the URL
+    natively, with these options.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        begin: Optional[int] = None,
+        end: Optional[int] = None,
+        headers: Optional[typing.Mapping[str, typing.Any]] = None,
+        *,
+        buffer_size: Optional[int] = None,
+        certificate_handling: Optional[CAInfo] = None,
+    ) -> None:
+        _require_scheme(uri, ("http", "https"), "CURLStreamFile")
+        options = http_options(uri, certificate_handling)
+        if headers:
+            lines = []
+            for name, value in headers.items():
+                line = f"{name}: {value}"
+                if "\r" in line or "\n" in line or ":" in str(name):
+                    raise ValueError(f"Invalid HTTP header {name!r}")
+                lines.append(line)
+            options["http_headers"] = "\n".join(lines)
+        super().__init__(uri, options, begin, end, buffer_size)
+
+
+class RedisStreamFile(_RemoteReader):
+    """
+    Upstream's stream over a file stored in Redis by ``to_redis``
+    (``redis://host[:port][/db]/prefix``), read through libtensorizer
+    (pipelined GETRANGEs on one connection): a buffered, seekable reader from
+    `begin` to `end` (exclusive). `buffer_size` sizes the read buffer
+    (upstream: the socket's). Counters as ``CURLStreamFile``.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        begin: Optional[int] = None,
+        end: Optional[int] = None,
+        buffer_size: Optional[int] = None,
+    ) -> None:
+        _require_scheme(uri, ("redis",), "RedisStreamFile")
+        super().__init__(uri, {}, begin, end, buffer_size)
+
+
+def _explicit_s3_options(
+    uri: str,
+    key_id: Optional[str],
+    secret: Optional[str],
+    endpoint: Optional[str],
+    region: Optional[str],
+    for_write: bool,
+    certificate_handling: Optional[CAInfo] = None,
+) -> dict:
+    """Options for s3_download / s3_upload, which (as upstream's, on boto3)
+    take an endpoint with any scheme, https:// when it has none."""
+    _require_scheme(uri, ("s3",), "s3_download" if not for_write else "s3_upload")
+    options = http_options(uri, certificate_handling, for_write=for_write)
+    options.update(s3_options(key_id, secret, endpoint, None, None, region))
+    if endpoint is not None and endpoint.lower().startswith("http://"):
+        options["s3_force_http"] = "1"
+    return options
+
+
+def s3_download(
+    path_uri: str,
+    s3_access_key_id: Optional[str],
+    s3_secret_access_key: Optional[str],
+    s3_endpoint: Optional[str] = default_s3_read_endpoint,
+    s3_region_name: Optional[str] = None,
+    s3_signature_version: Optional[str] = None,
+    buffer_size: Optional[int] = None,
+    begin: Optional[int] = None,
+    end: Optional[int] = None,
+    certificate_handling: Optional[CAInfo] = None,
+) -> CURLStreamFile:
+    """
+    A buffered, seekable reader of an s3:// object from `begin` to `end`
+    (exclusive), as upstream's ``s3_download``. Requests are signed with
+    SigV4 headers (upstream presigns a URL; `s3_signature_version` is
+    accepted for compatibility, and SigV4 is what S3-compatible services
+    accept). Credentials left as None, and an `s3_endpoint` of None, resolve
+    as for ``open_stream``.
+    """
+    options = _explicit_s3_options(
+        path_uri, s3_access_key_id, s3_secret_access_key, s3_endpoint,
+        s3_region_name, False, certificate_handling,
+    )
+    return CURLStreamFile._with_options(path_uri, options, begin, end, buffer_size)
+
+
+def s3_upload(
+    path: Union[str, os.PathLike],
+    target_uri: str,
+    s3_access_key_id: Optional[str],
+    s3_secret_access_key: Optional[str],
+    s3_endpoint: Optional[str] = default_s3_write_endpoint,
+    s3_region_name: Optional[str] = None,
+    s3_signature_version: Optional[str] = None,
+) -> None:
+    """
+    Uploads the local file `path` to `target_uri` (s3://bucket/key), as
+    upstream's ``s3_upload``: a multipart upload fed straight from the file,
+    completed at the end, or aborted (no object) if anything fails.
+    Credentials and endpoint as for ``s3_download``.
+    """
+    options = _explicit_s3_options(
+        target_uri, s3_access_key_id, s3_secret_access_key, s3_endpoint,
+        s3_region_name, True,
+    )
+    with open(path, "rb") as src:
+        with RemoteWriteStream(target_uri, options) as dst:
+            chunk = bytearray(16 << 20)
+            with memoryview(chunk) as view:
+                while True:
+                    n = src.readinto(view)
+                    if not n:
+                        break
+                    dst.write(view[:n])
+            if dst.tell() == 0:
+                dst._open()  # an empty file still makes an (empty) object
+
+
 def _unsupported_scheme(path_uri: str) -> ValueError:
     scheme, _ = _split_scheme(path_uri)
     return ValueError(
@@ -365,8 +574,8 @@ def open_stream(
     certificate_handling=None,
 ) -> typing.BinaryIO:
     """
-    Open a local file path (or ``file://`` URI) or an http(s):// URL as a
-    binary stream.
+    Open a local file path (or ``file://`` URI), or an http(s)://, s3:// or
+    redis:// URI, as a binary stream.
 
     Args:
         path_uri: The path or URI to open. An ``int`` is taken as an open
@@ -380,16 +589,22 @@ def open_stream(
         certificate_handling: ``CAInfo`` for https:// URLs (None: the
             system's trust store, or CURL_CA_BUNDLE / SSL_CERT_FILE).
         s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path,
-        force_http, s3_region_name, s3_signature_version: for s3:// URIs,
-            which this build does not open yet.
+        force_http, s3_region_name: for s3:// URIs, resolved as upstream
+            (FORMAT.md §12.3); s3_signature_version is accepted, and
+            requests are signed with SigV4.
 
-    http(s):// URLs open read-only, as a buffered ``RemoteStreamFile``.
+    http(s):// and s3:// URIs open read-only as a ``CURLStreamFile``,
+    redis:// as a ``RedisStreamFile`` (buffered, seekable; ``buffer_size=0``
+    gives the unbuffered ``RemoteStreamFile``); s3:// opens for writing
+    ("wb") as a ``RemoteWriteStream`` (a multipart upload, completed on
+    ``close()``).
 
     Returns:
         An open file object.
 
     Raises:
-        ValueError: For a non-binary mode, or a remote URI scheme.
+        ValueError: For a non-binary mode, or writing to http(s):// or
+            redis:// (read-only here; use ``to_redis`` to store in Redis).
     """
     normalized_mode = "".join(sorted(mode))
 
@@ -405,7 +620,8 @@ def open_stream(
         url = http_url(path_uri)
         if url is not None:
             is_s3 = url.lower().startswith("s3://")
-            options = http_options(url, certificate_handling)
+            writing = any(map(normalized_mode.__contains__, "wax+"))
+            options = http_options(url, certificate_handling, for_write=is_s3 and writing)
             if is_s3:
                 options.update(
                     s3_options(
@@ -417,19 +633,19 @@ def open_stream(
                         s3_region_name,
                     )
                 )
-            if any(map(normalized_mode.__contains__, "wax+")):
+            if writing:
                 if is_s3:
                     return typing.cast(typing.BinaryIO, RemoteWriteStream(url, options))
                 raise ValueError(
                     f"Cannot open {url.split('?')[0].split('@')[-1]!r} for writing:"
                     " http(s) and redis streams are read-only (use to_redis to write Redis)"
                 )
-            raw = RemoteStreamFile(url, options, begin, end)
             if buffer_size == 0:
-                return typing.cast(typing.BinaryIO, raw)
+                return typing.cast(typing.BinaryIO, RemoteStreamFile(url, options, begin, end))
+            cls = RedisStreamFile if url.lower().startswith("redis://") else CURLStreamFile
             return typing.cast(
                 typing.BinaryIO,
-                io.BufferedReader(raw, buffer_size or (16 << 20)),
+                cls._with_options(url, options, begin, end, buffer_size or (16 << 20)),
             )
         target = local_path(path_uri)
         if target is None:

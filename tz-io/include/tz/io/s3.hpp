@@ -18,6 +18,9 @@ namespace tz::io {
 struct S3Options {
   std::optional<std::string> access_key_id, secret_access_key, session_token;
   std::string endpoint;     // "host[:port]" or a URL; empty: resolve
+  // The endpoint when nothing names one; empty: CoreWeave's, as upstream
+  // (reads: accel-object.ord1.coreweave.com, writes: object.ord1.coreweave.com).
+  std::string default_endpoint;
   std::string region;       // empty: resolve, else us-east-1
   std::string config_path;  // s3cmd config; empty: ~/.s3cfg
   std::optional<bool> force_http;
