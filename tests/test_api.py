@@ -758,6 +758,9 @@ def test_the_private_file_header_reads_as_upstreams(tmp_path):
         assert h.tensor_size == t.total_file_bytes
         assert h.feature_flags == 0
         assert h.version_number >= 1
+        from tensorizer.serialization import _FileFeatureFlags
+
+        assert _FileFeatureFlags.encrypted not in t._file_flags
     with TensorDeserializer(enc, lazy_load=True, encryption=DecryptionParams.from_key(key.key)) as t:
         # Data version 3 marks encryption; the feature flags exist from version 4 on.
         assert t._file_header.version_number >= 3

@@ -96,6 +96,7 @@ def test_to_redis_then_load(tmp_path, redis_server, encrypted):
         assert f.read() == data[50:-10]
         f.seek(60)
         assert f.read(100) == data[60:160]
+        assert f.setup_latency > 0 and len(f.response_latencies) == f.read_operations >= 1
     with pytest.raises(ValueError, match="redis://"):
         stream_io.RedisStreamFile("http://localhost/x")
 

@@ -694,7 +694,7 @@ class TensorDeserializer(
         info = ffi.new("tz_file_info *")
         _native.check(lib.tz_reader_file_info(info, self._reader))
         self._data_version = int(info.data_version)
-        self._file_flags = int(info.flags)
+        self._file_flags = _FileFeatureFlags(int(info.flags))  # upstream: an IntFlag
         self._tensor_data_size = int(info.tensor_data_size)
         self._metadata_length = int(info.metadata_length)
         self._file_size = int(info.file_size)

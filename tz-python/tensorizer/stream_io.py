@@ -12,6 +12,7 @@ are upstream's names for the same streams.
 
 import io
 import os
+import time
 import typing
 import urllib.parse
 from typing import Optional, Union
@@ -245,6 +246,7 @@ class RemoteStreamFile(_NativeStream):
         lib = _native.lib
         opts = _native_options(self._tz_options)
         out = ffi.new("tz_source **")
+        opened = time.monotonic()
         rc = lib.tz_source_open(out, url.encode("utf-8"), opts)
         if rc != 0:
             msg = _native.error_message()
@@ -265,6 +267,10 @@ class RemoteStreamFile(_NativeStream):
         self.bytes_read = 0
         self.bytes_skipped = 0
         self.read_operations = 0
+        # Seconds to open the source (for http(s)/s3: the first response,
+        # which also brings the object's size), and per read.
+        self.setup_latency = time.monotonic() - opened
+        self.response_latencies: typing.List[float] = []
 
     def readable(self) -> bool:
         return True
@@ -290,7 +296,9 @@ class RemoteStreamFile(_NativeStream):
             n = max(0, min(len(view), self._end - self._pos))
             if n == 0:
                 return 0
+            start = time.monotonic()
             n = self._transfer(self._native.lib.tz_source_read, self._src, view, n)
+            self.response_latencies.append(time.monotonic() - start)
             self.bytes_read += n
             self.read_operations += 1
             return n
@@ -405,6 +413,8 @@ class _RemoteReader(io.BufferedReader):
     bytes_read = property(lambda self: self.raw.bytes_read)
     bytes_skipped = property(lambda self: self.raw.bytes_skipped)
     read_operations = property(lambda self: self.raw.read_operations)
+    setup_latency = property(lambda self: self.raw.setup_latency)
+    response_latencies = property(lambda self: self.raw.response_latencies)
 
     @classmethod
     def _with_options(cls, url, options, begin=None, end=None, buffer_size=None):
@@ -422,7 +432,8 @@ class CURLStreamFile(_RemoteReader):
     `begin` to `end` (exclusive), with pooled connections, resuming retries
     and TLS verification (`certificate_handling`). `headers` (a mapping) are
     sent with every request. Seeking anywhere is cheap: each read asks for its
-    own range. Counters: ``bytes_read``, ``bytes_skipped``, ``read_operations``.
+    own range. Counters: ``bytes_read``, ``bytes_skipped``, ``read_operations``,
+    and ``setup_latency`` / ``response_latencies`` (seconds to open, per read).
     A ``TensorDeserializer`` given a stream still at offset 0 reads the URL
     natively, with these options.
     """
