@@ -21,6 +21,7 @@ import os
 import pickle
 import shutil
 import threading
+import typing
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -714,8 +715,16 @@ def test_weights_only_true_without_suppression_fails(tmp_path):
     with tensorizer_saving():
         torch.save({"w": torch.arange(3)}, tmp_path / "w.pt")
     with tensorizer_loading(device="cpu"):
-        with pytest.raises(RuntimeError):
+        # torch's own message for this case, which upstream passes on
+        with pytest.raises(RuntimeError, match="Can not safely load weights when explicit pickle_module"):
             torch.load(tmp_path / "w.pt", weights_only=True)
+
+
+def test_the_file_like_alias_names_what_callbacks_receive():
+    # Upstream's name; user callbacks use it in annotations evaluated at def time.
+    from tensorizer import torch_compat
+
+    assert str in typing.get_args(torch_compat._FileLike)
 
 
 def test_suppress_weights_only(tmp_path):

@@ -59,7 +59,7 @@ import pickle
 import threading
 import types
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 
@@ -68,6 +68,10 @@ from .serialization import TensorDeserializer, TensorSerializer
 __all__ = ["tensorizer_saving", "tensorizer_loading"]
 
 logger = logging.getLogger(__name__)
+
+# What torch.save / torch.load take as `f`; file_obj callbacks receive it.
+# Upstream's name, which user callbacks may use in their annotations.
+_FileLike = Union[str, os.PathLike, IO[bytes]]
 
 # The persistent id's tag and version (shared with upstream's files).
 _PID_TAG = "TensorizerPickler"
@@ -473,8 +477,11 @@ def _weights_only(config: _LoadConfig, requested: Optional[bool]) -> Optional[bo
             )
         return False
     if requested or (requested is None and forced):
+        # Opens with torch's own message for this case, which upstream's
+        # users may match on.
         raise RuntimeError(
-            "torch.load(weights_only=True) cannot be used inside"
+            "Can not safely load weights when explicit pickle_module is"
+            " specified: torch.load(weights_only=True) cannot be used inside"
             " tensorizer_loading: torch only restricts unpickling with its own"
             " pickle module, and tensorizer needs its own to find the tensors"
             " in the sidecar. Pass weights_only=False (or leave it unset) for"
