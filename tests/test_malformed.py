@@ -848,3 +848,65 @@ def test_absurd_sizes_fail_fast_without_allocating(tmp_path):
             bad[label] = (res, round(secs, 2))
     assert not bad, f"expected a fast ValueError: {bad}"
     assert maxrss < 1.5 * 2**20, f"peak RSS {maxrss} KiB"
+
+
+@pytest.mark.ours_only  # upstream reads some truncations as zeros (FORMAT.md §14)
+@pytest.mark.parametrize("vector", ["module", "v4_meta", "v2_opaque"])
+def test_mutated_files_fail_with_a_typed_error_or_load_identically(tmp_path, vector):
+    # Seeded mutations aimed at the parsed structures (file header, the used
+    # part of the metadata index, tensor headers) and sometimes anywhere: with
+    # verify_hash=True a file either loads exactly as the intact one or raises
+    # one of the documented types. Never other bytes, never another exception.
+    import random
+
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parent / "vectors" / f"{vector}.tensors"
+    data = src.read_bytes()
+    with tensorizer.TensorDeserializer(src, lazy_load=True) as t:
+        meta_end = 73 + t._metadata_length
+        spans = [(e.offset, e.data_offset) for e in t._entries]
+    used = meta_end
+    while used > 73 and data[used - 1] == 0:
+        used -= 1
+    spans.append((0, min(used + 16, meta_end)))
+    with tensorizer.TensorDeserializer(src) as t:
+        expected = {k: v.clone() for k, v in t.items()}
+    extremes = [0, 1, 0xFF, 0xFFFF, 2**32 - 1, 2**32, 2**62, 2**64 - 1, 2**63 - 1, len(data), len(data) + 1]
+    allowed = (ValueError, HashMismatchError, OSError)  # InvalidVersionError is a ValueError
+    rng = random.Random(vector)
+    path = tmp_path / "mutated.tensors"
+    outcomes = {"loaded": 0, "refused": 0}
+    for _ in range(250):
+        b = bytearray(data)
+        if rng.random() < 0.8:
+            lo, hi = rng.choice(spans)
+            at = lo + rng.randrange(max(1, hi - lo))
+        else:
+            at = rng.randrange(len(b))
+        kind = rng.randrange(4)
+        if kind == 0:
+            b[at] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            b[at:at + 8] = rng.choice(extremes).to_bytes(8, "little")[: len(b) - at]
+        elif kind == 2:
+            del b[at:]
+        else:
+            del b[at:at + 1 + rng.randrange(64)]
+        path.write_bytes(b)
+        try:
+            with tensorizer.TensorDeserializer(path, verify_hash=True) as t:
+                got = dict(t.items())
+        except allowed:
+            outcomes["refused"] += 1
+            continue
+        except RuntimeError as e:
+            # torch refusing to allocate a meta tensor the mutation made huge
+            assert "allocate" in str(e), e
+            outcomes["refused"] += 1
+            continue
+        outcomes["loaded"] += 1
+        assert got.keys() == expected.keys()
+        for k, v in expected.items():
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape and torch.equal(got[k], v), k
+    assert outcomes["refused"] > outcomes["loaded"], outcomes
