@@ -116,6 +116,26 @@ bool apply_s3_option(const std::shared_ptr<tz::io::S3Options>& s3, const std::st
   return true;
 }
 
+// Applies a reader option; false if `k` is not one.
+bool apply_reader_option(tz::core::ReaderOptions& o, const std::string& k, const std::string& v) {
+  if (k == "num_threads") o.num_threads = parse_threads(v);
+  else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
+  else if (k == "direct_io") o.direct_io = parse_bool(k, v);
+  else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
+  else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
+  else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
+  else return false;
+  return true;
+}
+
+// Applies a writer option; false if `k` is not one.
+bool apply_writer_option(tz::core::WriterOptions& o, const std::string& k, const std::string& v) {
+  if (k == "num_threads") o.num_threads = parse_threads(v);
+  else if (k == "crypt_chunk_size") o.crypt_chunk_size = parse_u64(k, v, 1024, uint64_t(1) << 40);
+  else return false;
+  return true;
+}
+
 }  // namespace
 
 struct tz_options {
@@ -203,20 +223,14 @@ int tz_options_set(tz_options* opts, const char* key, const char* value) {
   return guarded([&] {
     require(opts && key && value, "opts, key and value must not be NULL");
     const std::string k(key), v(value);
-    if (k == "num_threads") parse_threads(v);
-    else if (k == "verify_hash" || k == "direct_io" || k == "huge_pages") parse_bool(k, v);
-    else if (k == "crypt_chunk_size") parse_u64(k, v, 1024, uint64_t(1) << 40);
-    else if (k == "tls_verify") parse_bool(k, v);
-    else if (k == "ca_file" || k == "ca_dir" || k == "http_headers" || k == "s3_access_key_id" ||
-             k == "s3_secret_access_key" || k == "s3_session_token" || k == "s3_endpoint" || k == "s3_default_endpoint" || k == "s3_region" ||
-             k == "s3_config_path" || k == "s3_addressing") {
-    } else if (k == "s3_force_http") parse_bool(k, v);
-    else if (k == "s3_part_size") parse_u64(k, v, uint64_t(5) << 20, uint64_t(5) << 30); else if (k == "http_max_attempts") parse_u64(k, v, 1, 1000);
-    else if (k == "http_backoff_ms" || k == "http_connect_timeout_ms" || k == "http_stall_timeout_ms")
-      parse_u64(k, v, 1, 3600000);
-    else if (k == "kdf_max_opslimit") parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
-    else if (k == "kdf_max_memlimit") parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
-    else tz::fail(tz::Errc::invalid_arg, "Unknown option '" + k + "'");
+    // Checked now by the code that applies it at open, on scratch settings, so
+    // a key and its checks are written once.
+    tz::core::ReaderOptions reader;
+    tz::core::WriterOptions writer;
+    const bool known = apply_http_option(std::make_shared<tz::io::HttpOptions>(), k, v) ||
+                       apply_s3_option(std::make_shared<tz::io::S3Options>(), k, v) ||
+                       apply_reader_option(reader, k, v) || apply_writer_option(writer, k, v);
+    if (!known) tz::fail(tz::Errc::invalid_arg, "Unknown option '" + k + "'");
     opts->values[k] = v;
   });
 }
@@ -285,16 +299,8 @@ int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::ReaderOptions o;
-    const tz::io::SourceOptions so = remote_options(opts, "readers", [&](const std::string& k, const std::string& v) {
-      if (k == "num_threads") o.num_threads = parse_threads(v);
-      else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
-      else if (k == "direct_io") o.direct_io = parse_bool(k, v);
-      else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
-      else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
-      else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
-      else return false;
-      return true;
-    });
+    const tz::io::SourceOptions so = remote_options(
+        opts, "readers", [&](const std::string& k, const std::string& v) { return apply_reader_option(o, k, v); });
     o.http = so.http;
     o.s3 = so.s3;
     if (opts) o.key = opts->key;
@@ -492,12 +498,8 @@ int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::WriterOptions o;
-    o.sink = remote_options(opts, "writers", [&](const std::string& k, const std::string& v) {
-      if (k == "num_threads") o.num_threads = parse_threads(v);
-      else if (k == "crypt_chunk_size") o.crypt_chunk_size = parse_u64(k, v, 1024, uint64_t(1) << 40);
-      else return false;
-      return true;
-    });
+    o.sink = remote_options(
+        opts, "writers", [&](const std::string& k, const std::string& v) { return apply_writer_option(o, k, v); });
     if (opts) o.key = opts->key;
     auto w = std::make_unique<tz_writer>();
     w->impl = tz::core::Writer::open(uri, o);
