@@ -1,8 +1,16 @@
 """
-Command line: add or remove encryption on an existing tensorizer file.
+Command line: inspect and check a tensorizer file, or add or remove its encryption.
 
+    python -m tensorizer info SRC [KEY]
+    python -m tensorizer verify SRC [KEY] [--threads N]
     python -m tensorizer encrypt SRC DST (--keyfile F | --new-keyfile F | --password-env VAR | --password-file F)
     python -m tensorizer decrypt SRC DST (--keyfile F | --password-env VAR | --password-file F)
+
+KEY: --keyfile F | --password-env VAR | --password-file F, for encrypted
+files. SRC may be a path or an http(s)://, s3:// or redis:// URI for info and
+verify. ``verify`` reads every tensor and checks every stored hash (and, for
+encrypted files, every MAC) in bounded memory; it lists each bad tensor and
+exits with status 1 if there is one.
 
 Key files hold the 32-byte key as 64 hex digits (raw 32-byte files are read
 too). Passwords are never taken from the command line, where other users can
@@ -63,12 +71,34 @@ def _limit(text: str, enum) -> int:
     return int(text)
 
 
+def _key_options(c: argparse.ArgumentParser, required: bool) -> argparse._MutuallyExclusiveGroup:
+    how = c.add_mutually_exclusive_group(required=required)
+    how.add_argument("--keyfile", help="file with the 32-byte key (64 hex digits)")
+    how.add_argument("--password-env", metavar="VAR", help="read the password from $VAR")
+    how.add_argument("--password-file", metavar="FILE", help="read the password from FILE")
+    return how
+
+
+def _decryption(args) -> Optional[DecryptionParams]:
+    if args.keyfile:
+        return DecryptionParams.from_key(_read_key(args.keyfile))
+    password = _password(args)
+    return None if password is None else DecryptionParams.from_string(password)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m tensorizer",
-        description="Add or remove encryption on a tensorizer file.",
+        description="Inspect or check a tensorizer file, or add or remove its encryption.",
     )
     sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("info", help="list the file's tensors")
+    c.add_argument("src")
+    _key_options(c, required=False)
+    c = sub.add_parser("verify", help="check every stored hash (exit status 1 if one fails)")
+    c.add_argument("src")
+    _key_options(c, required=False)
+    c.add_argument("--threads", type=int, default=0, help="reading threads (default: one per CPU)")
     for name, help_text in (
         ("encrypt", "write an encrypted copy of an unencrypted file"),
         ("decrypt", "write an unencrypted copy of an encrypted file"),
@@ -76,10 +106,7 @@ def _parser() -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help_text)
         c.add_argument("src")
         c.add_argument("dst")
-        how = c.add_mutually_exclusive_group(required=True)
-        how.add_argument("--keyfile", help="file with the 32-byte key (64 hex digits)")
-        how.add_argument("--password-env", metavar="VAR", help="read the password from $VAR")
-        how.add_argument("--password-file", metavar="FILE", help="read the password from FILE")
+        how = _key_options(c, required=True)
         if name == "encrypt":
             how.add_argument(
                 "--new-keyfile",
@@ -92,9 +119,56 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _info(args) -> int:
+    from .serialization import TensorDeserializer
+
+    with TensorDeserializer(args.src, lazy_load=True, encryption=_decryption(args)) as t:
+        entries = t._entries
+        header = t._file_header
+        encrypted = "yes" if _is_encrypted(t) else "no"
+        print(
+            f"{args.src}: data version {header.version_number}, {len(entries)} tensors,"
+            f" {t.total_tensor_bytes} bytes of tensor data, encrypted: {encrypted}"
+        )
+        rows = [
+            (e.tensor_type.name, e.dtype + (" (meta)" if e.is_meta else ""), str(list(e.shape)), str(e.nbytes), e.name)
+            for e in entries
+        ]
+    titles = ("type", "dtype", "shape", "bytes", "name")
+    widths = [max([len(titles[c])] + [len(r[c]) for r in rows]) for c in range(4)]
+    for r in [titles] + rows:
+        print("  ".join(r[c].ljust(widths[c]) for c in range(4)) + "  " + r[4])
+    return 0
+
+
+def _is_encrypted(t) -> bool:
+    from . import _native
+
+    info = _native.ffi.new("tz_file_info *")
+    _native.check(_native.lib.tz_reader_file_info(info, t._reader))
+    return bool(info.encrypted)
+
+
+def _verify(args) -> int:
+    from ._verify import verify_file
+
+    report = verify_file(args.src, _decryption(args), max(args.threads, 0))
+    for message in report.failures:
+        print(f"FAILED: {message}")
+    print(
+        f"{args.src}: {report.tensors} tensors, {report.bytes} bytes:"
+        f" {'all hashes match' if report.ok else f'{len(report.failures)} failed'}"
+    )
+    return 0 if report.ok else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "info":
+            return _info(args)
+        if args.command == "verify":
+            return _verify(args)
         password = _password(args)
         if args.command == "encrypt":
             if args.new_keyfile:
@@ -115,11 +189,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     os.unlink(args.new_keyfile)  # it encrypts nothing
                 raise
         else:
-            if args.keyfile:
-                params = DecryptionParams.from_key(_read_key(args.keyfile))
-            else:
-                params = DecryptionParams.from_string(password)
-            count = rewrite(args.src, args.dst, decryption=params, overwrite=args.force)
+            count = rewrite(args.src, args.dst, decryption=_decryption(args), overwrite=args.force)
     except (OSError, ValueError, CryptographyError, RuntimeError) as e:
         print(f"python -m tensorizer {args.command}: error: {e}", file=sys.stderr)
         return 1
