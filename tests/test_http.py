@@ -415,6 +415,16 @@ def test_curl_stream_file_reads_ranges_and_sends_headers(site):
         assert f.read(5) == b"|TZR|"
 
 
+def test_verify_reads_a_url_and_names_the_bad_tensor(site):
+    # What `python -m tensorizer verify URL` runs: every hash, over ranged GETs.
+    from tensorizer import _verify
+
+    good = _verify.verify_file(site["nginx"].url("many.tensors"))
+    assert good.ok and good.tensors == len(site["many"])
+    bad = _verify.verify_file(site["nginx"].url("bad.tensors"))
+    assert len(bad.failures) == 1 and "'t100'" in bad.failures[0]
+
+
 def test_curl_stream_file_checks_its_arguments(site):
     url = site["nginx"].url("plain.tensors")
     with pytest.raises(ValueError, match="begin"):
