@@ -15,6 +15,7 @@ from typing import Optional
 from . import _native
 from ._crypt import DecryptionParams, EncryptionParams
 from ._native import ffi
+from ._verify import open_native_reader
 
 __all__ = ["rewrite"]
 
@@ -45,10 +46,7 @@ def rewrite(
     lib = _native.lib
     if os.path.exists(dst) and not overwrite:
         raise FileExistsError(f"{dst} exists (use --force to replace it)")
-    read_opts = _options(decryption._native_key() if decryption else None)
-    reader_p = ffi.new("tz_reader **")
-    _native.check(lib.tz_reader_open(reader_p, os.fsencode(src), read_opts))
-    reader = ffi.gc(reader_p[0], lib.tz_reader_close)
+    reader = open_native_reader(src, decryption)
     count_p = ffi.new("uint64_t *")
     _native.check(lib.tz_reader_tensor_count(count_p, reader))
     count = int(count_p[0])
