@@ -119,6 +119,18 @@ def test_info_lists_every_tensor():
     assert len(lines) == 2 + 9
     r = _cli("info", VECTORS / "v4_meta.tensors")
     assert "(meta)" in r.stdout
+    r = _cli("info", VECTORS / "structured.tensors")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[2].endswith("('enc', 'layers', 0, 'w')")
+
+
+def test_info_lists_an_encrypted_file_without_its_key():
+    # Tensor headers are stored in the clear; only the data needs the key.
+    r = _cli("info", VECTORS / "enc_random.tensors")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "2 tensors" in lines[0] and "encrypted: yes" in lines[0]
+    assert [line.split()[-1] for line in lines[2:]] == ["w", "b"]
 
 
 @pytest.mark.parametrize("vector", ["module", "v4_meta", "v2_opaque", "structured", "big_plain"])

@@ -107,6 +107,9 @@ TZ_API const char *tz_status_name(int status);
  *   "direct_io"    "1" to read large blocks with O_DIRECT when possible ("0")
  *   "huge_pages"   "1" to advise transparent huge pages for read destinations
  *                  (fewer page faults filling fresh memory; "0")
+ *   "metadata_only" "1" to open an encrypted file without a key, to list its
+ *                  tensors and check the hashes of those without data; any
+ *                  read of encrypted data then fails with TZ_E_CRYPTO ("0")
  * Keys understood for writers:
  *   "num_threads"  worker threads for hashing and writing (default: CPU count)
  *   "crypt_chunk_size"  bytes per encrypted box (default 2097152; a multiple

@@ -122,6 +122,7 @@ bool apply_reader_option(tz::core::ReaderOptions& o, const std::string& k, const
   else if (k == "verify_hash") o.verify_hash = parse_bool(k, v);
   else if (k == "direct_io") o.direct_io = parse_bool(k, v);
   else if (k == "huge_pages") o.huge_pages = parse_bool(k, v);
+  else if (k == "metadata_only") o.metadata_only = parse_bool(k, v);
   else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
   else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
   else return false;

@@ -23,6 +23,9 @@ struct ReaderOptions {
   bool verify_hash = false;
   bool direct_io = false;
   bool huge_pages = false;  // advise transparent huge pages for destinations
+  // Open an encrypted file without a key to list its tensors; reading
+  // encrypted data then fails with Errc::crypto.
+  bool metadata_only = false;
   std::shared_ptr<const crypto::KeyMaterial> key;  // decryption requested when set
   std::shared_ptr<const io::HttpOptions> http;     // for http(s):// and s3:// sources
   std::shared_ptr<const io::S3Options> s3;         // for s3:// sources

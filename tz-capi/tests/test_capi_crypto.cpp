@@ -341,6 +341,40 @@ TEST_CASE("file-level mismatches between keys and files") {
   }
 }
 
+TEST_CASE("metadata_only lists an encrypted file without a key and reads none of its data") {
+  const std::string path = temp_path("meta_only.tensors");
+  Key key;
+  REQUIRE(tz_key_new_random(&key.k) == TZ_OK);
+  write_sized(path, key.k, nullptr, {5000, 0}, true);
+  Opts o;
+  REQUIRE(tz_options_set(o.o, "metadata_only", "1") == TZ_OK);
+  Reader r;
+  REQUIRE(tz_reader_open(&r.r, path.c_str(), o.o) == TZ_OK);
+  tz_file_info file{};
+  REQUIRE(tz_reader_file_info(&file, r.r) == TZ_OK);
+  CHECK(file.encrypted == 1);
+  uint64_t n = 0;
+  REQUIRE(tz_reader_tensor_count(&n, r.r) == TZ_OK);
+  REQUIRE(n == 3);
+  tz_tensor_info info{};
+  REQUIRE(tz_reader_tensor_info(&info, r.r, 0) == TZ_OK);
+  CHECK(info.nbytes == 5000);
+  // Tensor headers are in the clear, so loading them needs no key.
+  CHECK(tz_reader_load_headers(r.r, nullptr, 0) == TZ_OK);
+
+  std::vector<uint8_t> dst(5000, 0xEE);
+  CHECK(tz_reader_read(r.r, 0, dst.data(), dst.size(), 0) == TZ_E_CRYPTO);
+  CHECK(std::string(tz_error_last()) == "Tensor is encrypted, but decryption was not requested");
+  CHECK(std::all_of(dst.begin(), dst.end(), [](uint8_t b) { return b == 0xEE; }));
+  // Tensors without data (empty, meta) hold no ciphertext: they still read.
+  uint8_t none = 0;
+  CHECK(tz_reader_read(r.r, 1, &none, 0, 0) == TZ_OK);
+  std::vector<uint8_t> zeros(16, 0xEE);
+  CHECK(tz_reader_read(r.r, 2, zeros.data(), zeros.size(), TZ_READ_VERIFY_HASH) == TZ_OK);
+  CHECK(std::all_of(zeros.begin(), zeros.end(), [](uint8_t b) { return b == 0; }));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("key handles check their arguments") {
   tz_key* k = nullptr;
   const uint8_t bytes[33] = {0};

@@ -120,33 +120,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _info(args) -> int:
-    from .serialization import TensorDeserializer
+    from . import _native
+    from ._verify import open_native_reader
+    from .serialization import _read_entries
 
-    with TensorDeserializer(args.src, lazy_load=True, encryption=_decryption(args)) as t:
-        entries = t._entries
-        header = t._file_header
-        encrypted = "yes" if _is_encrypted(t) else "no"
-        print(
-            f"{args.src}: data version {header.version_number}, {len(entries)} tensors,"
-            f" {t.total_tensor_bytes} bytes of tensor data, encrypted: {encrypted}"
-        )
-        rows = [
-            (e.tensor_type.name, e.dtype + (" (meta)" if e.is_meta else ""), str(list(e.shape)), str(e.nbytes), e.name)
-            for e in entries
-        ]
+    # Tensor headers are stored in the clear: listing needs no key.
+    reader = open_native_reader(args.src, _decryption(args), metadata_only=True)
+    lib, ffi = _native.lib, _native.ffi
+    info = ffi.new("tz_file_info *")
+    _native.check(lib.tz_reader_file_info(info, reader))
+    count = ffi.new("uint64_t *")
+    _native.check(lib.tz_reader_tensor_count(count, reader))
+    entries = _read_entries(reader, int(count[0]))
+    encrypted = "yes" if info.encrypted else "no"
+    print(
+        f"{args.src}: data version {info.data_version}, {len(entries)} tensors,"
+        f" {sum(e.nbytes for e in entries)} bytes of tensor data, encrypted: {encrypted}"
+    )
+    rows = [
+        (e.tensor_type.name, e.dtype + (" (meta)" if e.is_meta else ""), str(list(e.shape)), str(e.nbytes), str(e.name))
+        for e in entries
+    ]
     titles = ("type", "dtype", "shape", "bytes", "name")
     widths = [max([len(titles[c])] + [len(r[c]) for r in rows]) for c in range(4)]
     for r in [titles] + rows:
         print("  ".join(r[c].ljust(widths[c]) for c in range(4)) + "  " + r[4])
     return 0
-
-
-def _is_encrypted(t) -> bool:
-    from . import _native
-
-    info = _native.ffi.new("tz_file_info *")
-    _native.check(_native.lib.tz_reader_file_info(info, t._reader))
-    return bool(info.encrypted)
 
 
 def _verify(args) -> int:

@@ -35,11 +35,20 @@ class VerifyReport:
         return not self.failures
 
 
-def open_native_reader(src: Union[str, os.PathLike], decryption: Optional[DecryptionParams] = None):
-    """A tz_reader on a path or URI (closed with the returned object)."""
+def open_native_reader(
+    src: Union[str, os.PathLike],
+    decryption: Optional[DecryptionParams] = None,
+    metadata_only: bool = False,
+):
+    """A tz_reader on a path or URI (closed with the returned object).
+
+    With `metadata_only`, an encrypted file opens without a key: its index
+    and headers can be listed, and reading its data fails."""
     lib = _native.lib
     uri = os.fspath(src)
     values = stream_io.http_options(uri) if stream_io.http_url(uri) is not None else {}
+    if metadata_only:
+        values["metadata_only"] = "1"
     opts = stream_io._native_options(values)
     if decryption is not None:
         _native.check(lib.tz_options_set_key(opts, decryption._native_key().ptr))

@@ -545,6 +545,58 @@ class _Entry:
         )
 
 
+def _read_entries(reader, count: int) -> List[_Entry]:
+    """The metadata index of an open tz_reader, one _Entry per tensor."""
+    lib = _native.lib
+    tinfo = ffi.new("tz_tensor_info *")
+    entries: List[_Entry] = []
+    unpack = ffi.unpack
+    tensor_info = lib.tz_reader_tensor_info
+    check = _native.check
+    types_ = _TENSOR_TYPES
+    for i in range(count):
+        check(tensor_info(tinfo, reader, i))
+        e = _Entry()
+        e.index = i
+        n_comps = tinfo.path_len
+        p = tinfo.path
+        if n_comps == 1 and not p[0].is_index:
+            c = p[0]
+            name = unpack(c.str, c.str_len).decode("utf-8") if c.str_len else ""
+            e.path = (name,)
+            e.name = name
+        else:
+            comps = []
+            for j in range(n_comps):
+                c = p[j]
+                if c.is_index:
+                    comps.append(int(c.index))
+                else:
+                    comps.append(
+                        unpack(c.str, c.str_len).decode("utf-8")
+                        if c.str_len
+                        else ""
+                    )
+            e.path = e.name = tuple(comps)
+        tt = tinfo.tensor_type
+        if not 0 <= tt < len(types_):
+            raise ValueError(f"{tt} is not a valid TensorType")
+        e.tensor_type = types_[tt]
+        e.dtype = unpack(tinfo.dtype, tinfo.dtype_len).decode("utf-8")
+        ndim = tinfo.ndim
+        e.shape = tuple(unpack(tinfo.shape, ndim)) if ndim else ()
+        e.offset = tinfo.header_offset
+        e.data_offset = tinfo.data_offset
+        e.data_length = tinfo.data_length
+        e.nbytes = tinfo.nbytes
+        e.itemsize = tinfo.itemsize
+        e.is_meta = bool(tinfo.is_meta)
+        e.is_opaque = bool(tinfo.is_opaque)
+        e._decoded = None
+        entries.append(e)
+    return entries
+
+
 class _Loaded:
     __slots__ = ("entry", "module_index", "parameter", "raw")
 
@@ -708,53 +760,7 @@ class TensorDeserializer(
         self._file_header = _FileHeader(
             self._data_version, self._file_flags, self._tensor_data_size, count
         )
-        tinfo = ffi.new("tz_tensor_info *")
-        entries: List[_Entry] = []
-        unpack = ffi.unpack
-        tensor_info = lib.tz_reader_tensor_info
-        reader = self._reader
-        check = _native.check
-        types_ = _TENSOR_TYPES
-        for i in range(count):
-            check(tensor_info(tinfo, reader, i))
-            e = _Entry()
-            e.index = i
-            n_comps = tinfo.path_len
-            p = tinfo.path
-            if n_comps == 1 and not p[0].is_index:
-                c = p[0]
-                name = unpack(c.str, c.str_len).decode("utf-8") if c.str_len else ""
-                e.path = (name,)
-                e.name = name
-            else:
-                comps = []
-                for j in range(n_comps):
-                    c = p[j]
-                    if c.is_index:
-                        comps.append(int(c.index))
-                    else:
-                        comps.append(
-                            unpack(c.str, c.str_len).decode("utf-8")
-                            if c.str_len
-                            else ""
-                        )
-                e.path = e.name = tuple(comps)
-            tt = tinfo.tensor_type
-            if not 0 <= tt < len(types_):
-                raise ValueError(f"{tt} is not a valid TensorType")
-            e.tensor_type = types_[tt]
-            e.dtype = unpack(tinfo.dtype, tinfo.dtype_len).decode("utf-8")
-            ndim = tinfo.ndim
-            e.shape = tuple(unpack(tinfo.shape, ndim)) if ndim else ()
-            e.offset = tinfo.header_offset
-            e.data_offset = tinfo.data_offset
-            e.data_length = tinfo.data_length
-            e.nbytes = tinfo.nbytes
-            e.itemsize = tinfo.itemsize
-            e.is_meta = bool(tinfo.is_meta)
-            e.is_opaque = bool(tinfo.is_opaque)
-            e._decoded = None
-            entries.append(e)
+        entries = _read_entries(self._reader, count)
 
         if filter_func is not None:
             entries = [e for e in entries if filter_func(e.name)]
