@@ -14,7 +14,13 @@ __all__ = [
     "stream_io",
     "torch_compat",
     "utils",
+    "protobuf",
+    "tensors_pb2",
 ]
+
+# The legacy protobuf serializer loads on first use, so importing tensorizer
+# does not import the protobuf runtime.
+_LAZY_SUBMODULES = ("protobuf", "tensors_pb2")
 
 
 def __getattr__(name):
@@ -23,4 +29,8 @@ def __getattr__(name):
         from ._native import native_version
 
         return native_version()
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
