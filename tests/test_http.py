@@ -415,6 +415,24 @@ def test_curl_stream_file_reads_ranges_and_sends_headers(site):
         assert f.read(5) == b"|TZR|"
 
 
+def test_curl_stream_file_has_upstreams_attributes(site):
+    blob = os.urandom(4 << 20)
+    (site["root"] / "blob.bin").write_bytes(blob)
+    # The opening response goes through; the next connection gets a 403.
+    with servers.FaultProxy(site["nginx"].port, plan=[("cut", 1 << 40), ("status", 403)]) as proxy:
+        with stream_io.CURLStreamFile(proxy.url("blob.bin"), buffer_size=4096) as f:
+            headers = f.response_headers
+            assert headers["Content-Range"] == f"bytes 0-{len(blob) - 1}/{len(blob)}"
+            assert headers["ETag"] and headers.get("Server", "").startswith("nginx")
+            assert f.read(10) == blob[:10]
+            assert f.http_response_latencies == f.response_latencies and len(f.response_latencies) == 1
+            assert f.popen_latencies == []  # no curl process here
+            f.register_error_context("the presigned URL may have expired")
+            f.seek(3 << 20)  # too far to continue the open response: a new request
+            with pytest.raises(OSError, match="(?s)403.*the presigned URL may have expired"):
+                f.read(10)
+
+
 def test_verify_reads_a_url_and_names_the_bad_tensor(site):
     # What `python -m tensorizer verify URL` runs: every hash, over ranged GETs.
     from tensorizer import _verify
@@ -450,3 +468,11 @@ def test_open_stream_certificate_handling(site):
             _check(t, site["sd"])
     with pytest.raises(ValueError):
         stream_io.CAInfo()
+    # Checked at construction, as upstream does; curl_flags as upstream's.
+    with pytest.raises(ValueError, match="cacert"):
+        stream_io.CAInfo(cacert=str(site["root"] / "no-such-ca.pem"))
+    with pytest.raises(ValueError, match="capath"):
+        stream_io.CAInfo(capath=str(site["root"] / "no-such-dir"))
+    assert stream_io.CAInfo(cacert=str(site["tls"]["ca"])).curl_flags == ("--cacert", str(site["tls"]["ca"]))
+    assert stream_io.CAInfo(capath=str(site["root"])).curl_flags == ("--capath", str(site["root"]))
+    assert stream_io.CAInfo(allow_untrusted=True).curl_flags == ("--insecure",)

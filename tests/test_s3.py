@@ -230,6 +230,9 @@ def test_s3_upload_and_s3_download(s3, clean_env, tmp_path):
                                begin=1000, end=3_000_000) as f:
         assert isinstance(f, stream_io.CURLStreamFile)
         assert f.read() == payload[1000:3_000_000]
+        # The object's headers, as upstream's curl-based stream parses them.
+        assert f.response_headers["Content-Range"].endswith(f"/{len(payload)}")
+        assert f.response_headers["ETag"]
     with stream_io.s3_download(s3["uri"], "testing", "testing", endpoint) as f:
         with TensorDeserializer(f) as t:  # at offset 0: read natively
             _check(t, s3["sd"])

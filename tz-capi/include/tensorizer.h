@@ -275,6 +275,10 @@ TZ_API int tz_source_open(tz_source **out, const char *uri, const tz_options *op
 TZ_API int tz_source_size(uint64_t *out, const tz_source *source);
 /* Reads exactly `len` bytes at `offset` into dst; TZ_E_TRUNCATED past the end. */
 TZ_API int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
+/* The header lines ("Name: value\r\n" each, status line excluded) of the
+ * response that opened an http(s):// or s3:// source; empty ("", 0) for other
+ * sources. Borrowed: valid until tz_source_close, never changed meanwhile. */
+TZ_API int tz_source_response_headers(const char **out, size_t *out_len, const tz_source *source);
 TZ_API void tz_source_close(tz_source *source);
 
 /* ---- Raw byte sinks -------------------------------------------------------- */

@@ -433,6 +433,15 @@ int tz_source_size(uint64_t* out, const tz_source* source) {
   });
 }
 
+int tz_source_response_headers(const char** out, size_t* out_len, const tz_source* source) {
+  return guarded([&] {
+    require(out && out_len && source, "out, out_len and source must not be NULL");
+    const std::string& headers = source->impl->response_headers();
+    *out = headers.c_str();
+    *out_len = headers.size();
+  });
+}
+
 int tz_source_read(tz_source* source, uint64_t offset, void* dst, size_t len) {
   return guarded([&] {
     require(source != nullptr, "source is NULL");

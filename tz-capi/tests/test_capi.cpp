@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -335,5 +336,29 @@ TEST_CASE("an empty meta tensor raises the data version to 4, as upstream") {
   REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
   CHECK(st.data_version == 4);
   tz_writer_free(w);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("raw sources: size, exact reads, the end, and no response headers for files") {
+  const std::string path = temp_path("raw_source.bin");
+  std::vector<uint8_t> bytes(70000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 7 + (i >> 9));
+  spit(path, bytes);
+  tz_source* src = nullptr;
+  REQUIRE(tz_source_open(&src, path.c_str(), nullptr) == TZ_OK);
+  uint64_t size = 0;
+  REQUIRE(tz_source_size(&size, src) == TZ_OK);
+  CHECK(size == bytes.size());
+  std::vector<uint8_t> got(1000);
+  REQUIRE(tz_source_read(src, 65000, got.data(), got.size()) == TZ_OK);
+  CHECK(std::equal(got.begin(), got.end(), bytes.begin() + 65000));
+  CHECK(tz_source_read(src, 69500, got.data(), got.size()) == TZ_E_TRUNCATED);
+  const char* headers = nullptr;
+  size_t headers_len = 99;
+  REQUIRE(tz_source_response_headers(&headers, &headers_len, src) == TZ_OK);
+  CHECK(headers != nullptr);
+  CHECK(headers_len == 0);
+  CHECK(tz_source_response_headers(nullptr, &headers_len, src) == TZ_E_INVALID_ARG);
+  tz_source_close(src);
   std::remove(path.c_str());
 }

@@ -66,6 +66,8 @@ namespace {
 
 // Per-attempt state shared with libcurl's callbacks.
 struct Transfer {
+  HttpSource* source = nullptr;
+  std::string headers;  // of the current response, without its status line
   HttpSource::Cursor* cursor = nullptr;
   HttpSource::Stream* stream = nullptr;  // set: the bytes go to the open stream
   std::exception_ptr callback_error;  // thrown by on_segment; rethrown after the transfer
@@ -209,6 +211,9 @@ bool starts_with_ci(const char* p, size_t n, const char* prefix) {
   return true;
 }
 
+// Header bytes kept per response: enough for any sane server, bounded for a hostile one.
+constexpr size_t kMaxHeaderBlock = size_t(64) << 10;
+
 size_t on_header(char* data, size_t size, size_t nitems, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t n = size * nitems;
@@ -217,7 +222,16 @@ size_t on_header(char* data, size_t size, size_t nitems, void* user) {
     const char* sp = static_cast<const char*>(std::memchr(data, ' ', n));
     t->status = sp ? std::strtol(sp + 1, nullptr, 10) : 0;
     t->range_ok = t->whole_body = t->have_total = t->mismatch = false;
-  } else if (starts_with_ci(data, n, "content-range:")) {
+    t->headers.clear();
+    return n;
+  }
+  if (n <= 2 && (n == 0 || data[0] == '\r' || data[0] == '\n')) {
+    // The blank line ending a response's headers.
+    t->source->record_headers(t->status, t->headers);
+    return n;
+  }
+  if (t->headers.size() < kMaxHeaderBlock) t->headers.append(data, n);
+  if (starts_with_ci(data, n, "content-range:")) {
     std::string v(data + 14, n - 14);
     const auto bytes = v.find("bytes");
     if (bytes != std::string::npos) {
@@ -392,6 +406,8 @@ void HttpSource::probe() {
   if (!size_known_) fail(Errc::io, "The server did not report the size of " + describe());
   prefix_.resize(size_t(std::min<uint64_t>(size_, prefix_.size())));
   last_end_.store(prefix_.size(), std::memory_order_relaxed);
+  std::lock_guard<std::mutex> headers_lock(headers_mutex_);
+  headers_recorded_ = true;  // response_headers() is read without a lock from now on
 }
 
 std::shared_ptr<HttpSource::Stream> HttpSource::start_stream(uint64_t offset, Cursor& cursor, size_t want) {
@@ -474,9 +490,18 @@ void HttpSource::release(Handle* h) {
   pool_.push_back(h);
 }
 
+void HttpSource::record_headers(long status, const std::string& block) {
+  if (status != 200 && status != 206) return;  // redirects and errors: not the object's
+  std::lock_guard<std::mutex> lock(headers_mutex_);
+  if (headers_recorded_) return;
+  headers_recorded_ = true;
+  response_headers_ = block;
+}
+
 HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& cursor, size_t len, bool probe_size,
                                         Stream* stream) {
   Transfer t;
+  t.source = this;
   t.cursor = &cursor;
   t.stream = stream;
   t.cap = len;

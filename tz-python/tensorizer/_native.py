@@ -151,6 +151,7 @@ typedef struct tz_source tz_source;
 int tz_source_open(tz_source **out, const char *uri, const tz_options *opts);
 int tz_source_size(uint64_t *out, const tz_source *source);
 int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
+int tz_source_response_headers(const char **out, size_t *out_len, const tz_source *source);
 void tz_source_close(tz_source *source);
 
 typedef struct tz_sink tz_sink;

@@ -645,7 +645,7 @@ class TensorDeserializer(
         plaid_mode_buffers: Optional[int] = None,  # noqa: ARG002 - no effect
         num_readers: Optional[int] = None,
         verify_hash: bool = False,
-        encryption=None,
+        encryption: Optional[DecryptionParams] = None,
     ):
         # Set first, so that close()/__del__ work whatever fails below
         self._reader = ffi.NULL
@@ -1519,7 +1519,7 @@ class TensorSerializer:
         file_obj: "_FileLike",
         compress_tensors: bool = False,
         *,
-        encryption=None,
+        encryption: Optional[EncryptionParams] = None,
         limit_cpu_concurrency: Optional[int] = None,
     ) -> None:
         self._writer = ffi.NULL

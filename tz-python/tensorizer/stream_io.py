@@ -10,6 +10,7 @@ a URI, or a stream ``open_stream`` returned, read and write it natively.
 are upstream's names for the same streams.
 """
 
+import http.client
 import io
 import os
 import time
@@ -113,9 +114,26 @@ class CAInfo:
                 " behaviour, use certificate_handling=None instead of"
                 " an explicit CAInfo instance"
             )
+        # Checked now, as upstream does, rather than at the first request.
+        if cacert is not None and not os.path.isfile(cacert):
+            raise ValueError(f"Invalid cacert: {cacert!r} is not a file (a PEM bundle of CA certificates)")
+        if capath is not None and not os.path.isdir(capath):
+            raise ValueError(f"Invalid capath: {capath!r} is not a directory (of hashed CA certificates)")
         self.cacert = cacert
         self.capath = capath
         self.allow_untrusted = bool(allow_untrusted)
+
+    @property
+    def curl_flags(self) -> tuple:
+        """The equivalent curl command-line flags (upstream runs curl with them)."""
+        if self.allow_untrusted:
+            return ("--insecure",)
+        if self.cacert is not None:
+            return ("--cacert", str(self.cacert))
+        return ("--capath", str(self.capath))
+
+    def __hash__(self):
+        return hash(self.curl_flags)
 
     def options(self) -> dict:
         """libtensorizer source options for this setting."""
@@ -271,6 +289,15 @@ class RemoteStreamFile(_NativeStream):
         # which also brings the object's size), and per read.
         self.setup_latency = time.monotonic() - opened
         self.response_latencies: typing.List[float] = []
+        self._error_context: typing.List[str] = []
+
+    @property
+    def response_headers(self) -> http.client.HTTPMessage:
+        """Headers of the response that opened the stream (empty for redis)."""
+        out, length = self._ffi.new("const char **"), self._ffi.new("size_t *")
+        self._native.check(self._native.lib.tz_source_response_headers(out, length, self._src))
+        raw = self._ffi.unpack(out[0], int(length[0])) if length[0] else b""
+        return http.client.parse_headers(io.BytesIO(raw + b"\r\n"))
 
     def readable(self) -> bool:
         return True
@@ -297,7 +324,13 @@ class RemoteStreamFile(_NativeStream):
             if n == 0:
                 return 0
             start = time.monotonic()
-            n = self._transfer(self._native.lib.tz_source_read, self._src, view, n)
+            try:
+                n = self._transfer(self._native.lib.tz_source_read, self._src, view, n)
+            except OSError as e:
+                if not self._error_context:
+                    raise
+                # Same type (all OSErrors take a message), context appended.
+                raise type(e)("\n".join([str(e), *self._error_context])) from e
             self.response_latencies.append(time.monotonic() - start)
             self.bytes_read += n
             self.read_operations += 1
@@ -416,6 +449,11 @@ class _RemoteReader(io.BufferedReader):
     setup_latency = property(lambda self: self.raw.setup_latency)
     response_latencies = property(lambda self: self.raw.response_latencies)
 
+    def register_error_context(self, msg: str) -> None:
+        """Adds `msg` to the message of any read error from now on (upstream's
+        way to explain a doubtful setting that may cause a later failure)."""
+        self.raw._error_context.append(msg)
+
     @classmethod
     def _with_options(cls, url, options, begin=None, end=None, buffer_size=None):
         """An instance on options already resolved (open_stream, s3_download:
@@ -436,7 +474,16 @@ class CURLStreamFile(_RemoteReader):
     and ``setup_latency`` / ``response_latencies`` (seconds to open, per read).
     A ``TensorDeserializer`` given a stream still at offset 0 reads the URL
     natively, with these options.
+
+    Also upstream's ``response_headers`` (of the response that opened the
+    stream, an ``http.client.HTTPMessage``), ``http_response_latencies`` (the
+    same list as ``response_latencies``) and ``popen_latencies`` (always empty:
+    no curl process is started).
     """
+
+    response_headers = property(lambda self: self.raw.response_headers)
+    http_response_latencies = property(lambda self: self.raw.response_latencies)
+    popen_latencies = property(lambda self: [])
 
     def __init__(
         self,
@@ -582,7 +629,7 @@ def open_stream(
     end: Optional[int] = None,
     s3_region_name: Optional[str] = None,
     s3_signature_version: Optional[str] = None,
-    certificate_handling=None,
+    certificate_handling: Optional[CAInfo] = None,
 ) -> typing.BinaryIO:
     """
     Open a local file path (or ``file://`` URI), or an http(s)://, s3:// or

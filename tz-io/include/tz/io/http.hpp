@@ -48,6 +48,9 @@ class HttpSource final : public Source {
                     const std::function<void(size_t)>& on_segment, NextRead next) override;
   bool coalesce_reads() const override { return true; }
   std::string describe() const override { return redact_url(url_); }
+  const std::string& response_headers() const override { return response_headers_; }
+  // Keeps the header block of the first successful response (the probe's).
+  void record_headers(long status, const std::string& block);
 
   struct Cursor;  // where a transfer's bytes go (defined in http.cpp)
   struct Stream;  // an open-ended response kept open between reads (defined in http.cpp)
@@ -110,6 +113,9 @@ class HttpSource final : public Source {
   // Where the last read ended: reads that go on forward may open a response
   // for what follows; reads going back use closed ranges (no read-ahead).
   std::atomic<uint64_t> last_end_{0};
+  std::mutex headers_mutex_;
+  bool headers_recorded_ = false;  // set once: later responses never change them
+  std::string response_headers_;
 };
 
 }  // namespace tz::io

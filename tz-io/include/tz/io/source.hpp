@@ -48,6 +48,13 @@ class Source {
   // True if parts of the object may be missing (reads of them fail with
   // Errc::truncated), so size() does not bound the offsets a file names.
   virtual bool sparse() const { return false; }
+  // The header lines ("Name: value\r\n" each) of the response that opened
+  // the source, for sources that have one (HTTP, S3); empty otherwise.
+  // Fixed once the source is constructed.
+  virtual const std::string& response_headers() const {
+    static const std::string none;
+    return none;
+  }
 };
 
 class Sink {
