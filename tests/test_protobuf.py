@@ -12,20 +12,8 @@ import torch
 
 import tensorizer
 from tensorizer import protobuf, tensors_pb2
+from protobuf_model import model as _model
 from upstream import run_upstream
-
-
-class _Small(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(11, 4)
-        self.block = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6))
-        self.register_buffer("steps", torch.arange(5, dtype=torch.int64))
-
-
-def _model(seed: int) -> _Small:
-    torch.manual_seed(seed)
-    return _Small()
 
 
 def test_submodules_are_exported():
@@ -108,19 +96,11 @@ def test_unknown_module_names_fail_clearly():
         protobuf.deserialize_model(torch.nn.Linear(2, 2), buf)
 
 
-# The same seeded model, built the same way in the upstream interpreter.
+# The upstream interpreter builds the same seeded model from the same module.
 _UPSTREAM_MODEL = """
 import io, sys, torch
 from tensorizer import protobuf
-class _Small(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(11, 4)
-        self.block = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6))
-        self.register_buffer("steps", torch.arange(5, dtype=torch.int64))
-def _model(seed):
-    torch.manual_seed(seed)
-    return _Small()
+from protobuf_model import model as _model
 """
 
 
