@@ -24,11 +24,16 @@ build: setup
 
 # The Python package loads the C library from its own directory. Replaced by
 # rename, never rewritten in place: a running process may have it mapped.
+# Its cffi declarations are generated from the header, as a wheel build does.
 python:
 	cp -L $(LIBFILE) tz-python/tensorizer/libtensorizer.so.0.tmp
 	mv -f tz-python/tensorizer/libtensorizer.so.0.tmp tz-python/tensorizer/libtensorizer.so.0
-	@$(PY) -c "import tensorizer, sys; sys.exit(0 if tensorizer.__file__.startswith('$(CURDIR)/tz-python') else 1)" 2>/dev/null \
-	  || $(PY) -m pip install -q --no-deps -e tz-python
+	$(PY) tz-python/build_backend/gen_cdef.py tz-capi/include/tensorizer.h \
+	  -I build/tz-capi/include -o tz-python/tensorizer/_cdef.py
+	@# The checkout's package, on .venv's path (a wheel build is `make wheel`).
+	@$(PY) -m pip uninstall -q -y tensorizer tensorizer-native 2>/dev/null || true
+	@rm -rf tz-python/*.egg-info
+	@$(PY) -c "import site, sys; open(site.getsitepackages()[0] + '/tensorizer-checkout.pth', 'w').write(sys.argv[1] + '\n')" $(CURDIR)/tz-python
 
 test-cpp: build
 	cd build && ctest --output-on-failure
@@ -51,4 +56,4 @@ bench: build upstream
 	$(PY) bench/bench_local.py
 
 clean:
-	rm -rf build build-asan tz-python/tensorizer/libtensorizer.so.0
+	rm -rf build build-asan dist tz-python/tensorizer/libtensorizer.so.0 tz-python/tensorizer/_cdef.py

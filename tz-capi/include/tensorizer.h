@@ -48,9 +48,8 @@ extern "C" {
 
 /* ---- Library version ------------------------------------------------------ */
 
-#define TZ_VERSION_MAJOR 0
-#define TZ_VERSION_MINOR 1
-#define TZ_VERSION_PATCH 0
+/* TZ_VERSION_MAJOR, _MINOR and _PATCH of the header compiled against. */
+#include "tensorizer_version.h"
 
 /* "MAJOR.MINOR.PATCH" of the library actually loaded. */
 TZ_API const char *tz_version(void);

@@ -188,7 +188,11 @@ static tz::io::SourceOptions remote_options(const tz_options* opts, const char* 
 
 extern "C" {
 
-const char* tz_version(void) { return "0.1.0"; }
+#define TZ_STR2(x) #x
+#define TZ_STR(x) TZ_STR2(x)
+const char* tz_version(void) {
+  return TZ_STR(TZ_VERSION_MAJOR) "." TZ_STR(TZ_VERSION_MINOR) "." TZ_STR(TZ_VERSION_PATCH);
+}
 
 const char* tz_error_last(void) { return t_last_error.c_str(); }
 

@@ -5,9 +5,13 @@ modules and state dicts, backed by the native libtensorizer library.
 API-compatible with the Python tensorizer 2.12.1 package.
 """
 
-from . import serialization, stream_io, torch_compat, utils
-from ._version import __version__
-from .serialization import *  # noqa: F401,F403
+from ._install import check_no_upstream as _check_no_upstream
+
+_check_no_upstream(__path__[0])
+
+from . import serialization, stream_io, torch_compat, utils  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .serialization import *  # noqa: F401,F403,E402
 
 __all__ = [
     *serialization.__all__,

@@ -2,15 +2,22 @@
 Binding to libtensorizer (the C ABI declared in ``tz-capi/include/tensorizer.h``)
 through cffi in ABI mode.
 
-``ffi`` is always available. ``lib`` is loaded on first access, so that the
-pure-Python parts of the package (``tensorizer.utils``, path helpers, dtype
-tables) can be imported and tested without the shared library.
+The declarations are not written here: ``_cdef.py`` is generated from
+tensorizer.h when the package is built (``build_backend/gen_cdef.py``), so
+they cannot drift from the header. ``ffi`` is available as soon as this module
+imports; ``lib`` is loaded on first access, so that the pure-Python parts of
+the package can be imported and tested without the shared library.
 
-The library is looked up, in order, at:
+The library is looked up, in order:
 
-1. the path in the ``TENSORIZER_LIBRARY`` environment variable,
-2. ``libtensorizer.so.0`` next to this file (where a build copies it),
-3. ``<repository>/build/tz-capi/libtensorizer.so.0`` (a development checkout).
+1. at the path in the ``TENSORIZER_LIBRARY`` environment variable (authoritative:
+   nothing else is tried when it is set),
+2. as ``libtensorizer.so.0`` bundled next to this file (a wheel, or a
+   development build, which copies it there),
+3. as the system's ``libtensorizer.so.0``, through the dynamic linker's normal
+   search path (a distro's python3-tensorizer beside libtensorizer0).
+
+A library whose major version differs from the header's is refused.
 """
 
 import os
@@ -24,176 +31,15 @@ __all__ = ["ffi", "lib", "check", "raise_error", "library_path", "error_message"
 
 ffi = cffi.FFI()
 
-# Declarations mirror tensorizer.h exactly (minus the TZ_API export macro).
-CDEF = """
-#define TZ_VERSION_MAJOR 0
-#define TZ_VERSION_MINOR 1
-#define TZ_VERSION_PATCH 0
-#define TZ_DATA_VERSION_MAX 5
+try:
+    from ._cdef import CDEF
+except ImportError as e:  # pragma: no cover - a source tree that was never built
+    raise ImportError(
+        "tensorizer: the cffi declarations (tensorizer/_cdef.py) are generated"
+        " from tensorizer.h at build time and are missing; build the package"
+        " (pip install ./tz-python, or make build in a checkout)"
+    ) from e
 
-const char *tz_version(void);
-
-#define TZ_OK 0
-#define TZ_E_INVALID_ARG -1
-#define TZ_E_IO -2
-#define TZ_E_NOT_FOUND -3
-#define TZ_E_FORMAT -4
-#define TZ_E_VERSION -5
-#define TZ_E_TRUNCATED -6
-#define TZ_E_HASH -7
-#define TZ_E_CONFLICT -8
-#define TZ_E_LIMIT -9
-#define TZ_E_CRYPTO -10
-#define TZ_E_UNSUPPORTED -11
-#define TZ_E_STATE -12
-#define TZ_E_NOMEM -13
-#define TZ_E_INTERNAL -99
-
-const char *tz_error_last(void);
-const char *tz_status_name(int status);
-
-typedef struct tz_options tz_options;
-int tz_options_new(tz_options **out);
-int tz_options_set(tz_options *opts, const char *key, const char *value);
-void tz_options_free(tz_options *opts);
-
-typedef struct tz_key tz_key;
-#define TZ_KEY_BYTES 32
-#define TZ_SALT_BYTES 16
-#define TZ_OPSLIMIT_MIN 1
-#define TZ_OPSLIMIT_INTERACTIVE 2
-#define TZ_OPSLIMIT_MODERATE 3
-#define TZ_OPSLIMIT_SENSITIVE 4
-#define TZ_OPSLIMIT_MAX 4294967295
-#define TZ_MEMLIMIT_MIN 8192
-#define TZ_MEMLIMIT_INTERACTIVE 67108864
-#define TZ_MEMLIMIT_MODERATE 268435456
-#define TZ_MEMLIMIT_SENSITIVE 1073741824
-#define TZ_MEMLIMIT_MAX 4398046510080
-int tz_key_new_random(tz_key **out);
-int tz_key_new_from_bytes(tz_key **out, const void *key, size_t key_len);
-int tz_key_new_derived(tz_key **out, const void *password, size_t password_len, uint64_t opslimit,
-                       uint64_t memlimit, const uint8_t *salt, size_t salt_len);
-int tz_key_new_password(tz_key **out, const void *password, size_t password_len);
-int tz_key_get_bytes(uint8_t *out, size_t cap, const tz_key *key);
-int tz_key_get_salt(uint8_t *out, size_t cap, const tz_key *key);
-void tz_key_free(tz_key *key);
-int tz_options_set_key(tz_options *opts, const tz_key *key);
-
-#define TZ_TENSOR_PARAM 0
-#define TZ_TENSOR_BUFFER 1
-#define TZ_TENSOR_STATE_DICT 2
-
-typedef struct tz_path_component {
-  int is_index;
-  uint64_t index;
-  const char *str;
-  size_t str_len;
-} tz_path_component;
-
-typedef struct tz_reader tz_reader;
-
-typedef struct tz_file_info {
-  uint32_t data_version;
-  uint32_t flags;
-  uint64_t tensor_count;
-  uint64_t tensor_data_size;
-  uint64_t metadata_length;
-  uint64_t file_size;
-  int encrypted;
-} tz_file_info;
-
-typedef struct tz_tensor_info {
-  const uint8_t *name;
-  size_t name_len;
-  const char *dtype;
-  size_t dtype_len;
-  uint32_t ndim;
-  const uint64_t *shape;
-  int32_t tensor_type;
-  int32_t module_index;
-  uint64_t header_offset;
-  uint64_t data_offset;
-  uint64_t data_length;
-  uint64_t nbytes;
-  uint32_t itemsize;
-  int is_meta;
-  int is_opaque;
-  const char *torch_dtype;
-  size_t path_len;
-  const tz_path_component *path;
-} tz_tensor_info;
-
-int tz_reader_open(tz_reader **out, const char *uri, const tz_options *opts);
-void tz_reader_close(tz_reader *reader);
-int tz_reader_file_info(tz_file_info *out, const tz_reader *reader);
-int tz_reader_tensor_count(uint64_t *out, const tz_reader *reader);
-int tz_reader_tensor_info(tz_tensor_info *out, tz_reader *reader, uint64_t index);
-int tz_reader_load_headers(tz_reader *reader, const uint64_t *indices, size_t count);
-
-#define TZ_READ_VERIFY_HASH 0x1
-#define TZ_READ_NO_VERIFY_HASH 0x2
-
-typedef struct tz_read_request {
-  uint64_t index;
-  void *dst;
-  uint64_t dst_size;
-} tz_read_request;
-
-int tz_reader_read(tz_reader *reader, uint64_t index, void *dst, uint64_t dst_size,
-                   uint32_t flags);
-int tz_reader_read_batch(tz_reader *reader, const tz_read_request *requests, size_t count,
-                         uint32_t flags, uint32_t num_threads, size_t *failed);
-int tz_reader_verify_bytes(tz_reader *reader, uint64_t index, const void *data,
-                           uint64_t size);
-
-typedef struct tz_source tz_source;
-int tz_source_open(tz_source **out, const char *uri, const tz_options *opts);
-int tz_source_size(uint64_t *out, const tz_source *source);
-int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
-int tz_source_response_headers(const char **out, size_t *out_len, const tz_source *source);
-void tz_source_close(tz_source *source);
-
-typedef struct tz_sink tz_sink;
-int tz_sink_open(tz_sink **out, const char *uri, const tz_options *opts);
-int tz_sink_write(tz_sink *sink, uint64_t offset, const void *src, size_t len);
-int tz_sink_close(tz_sink *sink);
-void tz_sink_free(tz_sink *sink);
-
-typedef struct tz_writer tz_writer;
-
-typedef struct tz_tensor_desc {
-  const uint8_t *name;
-  size_t name_len;
-  const char *dtype;
-  size_t dtype_len;
-  uint32_t ndim;
-  const uint64_t *shape;
-  uint32_t module_index;
-  int32_t tensor_type;
-  int is_meta;
-  const void *data;
-  uint64_t data_size;
-} tz_tensor_desc;
-
-int tz_writer_open(tz_writer **out, const char *uri, const tz_options *opts);
-int tz_writer_write(tz_writer *writer, const tz_tensor_desc *tensors, size_t count,
-                    uint32_t num_threads);
-
-typedef struct tz_writer_state {
-  uint32_t data_version;
-  uint64_t tensor_count;
-  uint64_t tensor_data_size;
-  uint64_t file_size;
-} tz_writer_state;
-
-int tz_writer_state_get(tz_writer_state *out, const tz_writer *writer);
-int tz_writer_close(tz_writer *writer);
-void tz_writer_free(tz_writer *writer);
-
-int tz_path_encode(uint8_t *out, size_t cap, size_t *out_len,
-                   const tz_path_component *path, size_t path_len);
-"""
 ffi.cdef(CDEF)
 
 _LIBRARY_NAME = "libtensorizer.so.0"
@@ -210,11 +56,9 @@ def _candidate_paths():
         # An explicit setting is authoritative: no fallback to other copies.
         return [env]
     here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(os.path.dirname(here))
-    return [
-        os.path.join(here, _LIBRARY_NAME),
-        os.path.join(repo, "build", "tz-capi", _LIBRARY_NAME),
-    ]
+    bundled = os.path.join(here, _LIBRARY_NAME)
+    # A bare name makes dlopen search the linker path (ld.so.cache, LD_LIBRARY_PATH).
+    return [bundled] if os.path.exists(bundled) else [_LIBRARY_NAME]
 
 
 def _load():
@@ -225,7 +69,7 @@ def _load():
         candidates = _candidate_paths()
         errors = []
         for path in candidates:
-            if not os.path.exists(path):
+            if os.sep in path and not os.path.exists(path):
                 errors.append(f"{path}: not found")
                 continue
             try:
@@ -233,14 +77,38 @@ def _load():
             except OSError as e:
                 errors.append(f"{path}: {e}")
                 continue
-            _lib, _lib_path = loaded, path
+            found = ffi.string(loaded.tz_version()).decode("ascii", "replace")
+            if found.split(".")[0] != str(loaded.TZ_VERSION_MAJOR):
+                errors.append(
+                    f"{path}: version {found}, but this package was built for"
+                    f" {loaded.TZ_VERSION_MAJOR}.x"
+                )
+                continue
+            _lib, _lib_path = loaded, _loaded_path(path)
             globals()["lib"] = loaded
             return loaded
         raise ImportError(
             "tensorizer: could not load the native library "
-            f"{_LIBRARY_NAME}. Build it (the tz-capi target), or set"
-            f" {_ENV_VAR} to its path. Tried:\n  " + "\n  ".join(errors)
+            f"{_LIBRARY_NAME}. Install a wheel that bundles it, install the"
+            f" system library (libtensorizer0), or set {_ENV_VAR} to its"
+            " path. Tried:\n  " + "\n  ".join(errors)
         )
+
+
+def _loaded_path(name: str) -> str:
+    # For a library found through the linker path: where it was mapped from.
+    if os.sep in name:
+        return name
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(None, 5)
+                # The mapped file is the soname's target, e.g. libtensorizer.so.0.2.0.
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith(name):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    return name
 
 
 def __getattr__(name):
