@@ -49,6 +49,15 @@ wheel: setup
 test-wheel: wheel
 	TZ_REQUIRE_WHEEL=1 $(PY) -m pytest -q tests/packaging
 
+# The exported C ABI against the committed baseline (tz-capi/abi/): removing
+# or changing a function or public struct fails, adding passes.
+abi-check: build
+	bash tz-capi/abi/check-abi.sh build
+
+# Rewrites the baseline: only for a deliberate, reviewed ABI change.
+abi-baseline: build
+	bash tz-capi/abi/check-abi.sh build --update
+
 test-cpp: build
 	cd build && ctest --output-on-failure
 
@@ -61,7 +70,7 @@ test-asan: setup
 test-python: build upstream
 	TZ_REQUIRE_UPSTREAM=1 $(PY) -m pytest -q tz-python/tests tests --ignore=tests/packaging
 
-test: test-cpp test-asan test-python test-wheel
+test: abi-check test-cpp test-asan test-python test-wheel
 
 demo: build
 	$(PY) demo/demo.py

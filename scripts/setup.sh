@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # nginx-light, openssl and curl serve the HTTP(S) tests (started by the tests on loopback).
-APT_PACKAGES="build-essential cmake pkg-config catch2 libsodium-dev libcurl4-openssl-dev libhiredis-dev nginx-light openssl curl redis-server"
+# abigail-tools: the ABI check (abidw/abidiff).
+APT_PACKAGES="build-essential cmake pkg-config catch2 libsodium-dev libcurl4-openssl-dev libhiredis-dev nginx-light openssl curl redis-server abigail-tools"
 need_apt=()
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$p")
