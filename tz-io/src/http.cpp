@@ -11,6 +11,8 @@
 #include <random>
 #include <thread>
 
+#include <unistd.h>
+
 #include "curl_options.hpp"
 #include "tz/format/error.hpp"
 
@@ -325,6 +327,39 @@ bool transient(CURLcode rc) {
 bool transient_status(long status) { return status >= 500 || status == 408 || status == 429; }
 
 }  // namespace
+
+std::string pick_ca_bundle(const char* curl_default, const std::vector<std::string>& candidates,
+                           const std::function<bool(const std::string&)>& readable) {
+  if (curl_default && *curl_default && readable(curl_default)) return curl_default;
+  for (const auto& path : candidates) {
+    if (readable(path)) return path;
+  }
+  return "";
+}
+
+const std::string& system_ca_bundle() {
+  static const std::string bundle = [] {
+    const char* compiled_in = nullptr;
+#if LIBCURL_VERSION_NUM >= 0x075400  // CURLINFO_CAINFO: 7.84
+    if (CURL* c = curl_easy_init()) {
+      char* path = nullptr;
+      if (curl_easy_getinfo(c, CURLINFO_CAINFO, &path) == CURLE_OK && path) {
+        static std::string kept(path);
+        compiled_in = kept.c_str();
+      }
+      curl_easy_cleanup(c);
+    }
+#endif
+    // Debian/Ubuntu, Fedora/RHEL, openSUSE, older RHEL, RHEL's extracted
+    // bundle, Alpine/macOS-style.
+    const std::vector<std::string> known = {
+        "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/ca-bundle.pem",             "/etc/pki/tls/cacert.pem",
+        "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/cert.pem"};
+    return pick_ca_bundle(compiled_in, known, [](const std::string& p) { return ::access(p.c_str(), R_OK) == 0; });
+  }();
+  return bundle;
+}
 
 std::string redact_url(const std::string& url) {
   std::string u = url.substr(0, url.find_first_of("?#"));

@@ -1,6 +1,9 @@
 // HTTP source pieces that need no server; live servers are tested from
 // tests/test_http.py (nginx, a fault-injecting proxy).
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <set>
 
 #include "tz/format/error.hpp"
 #include "tz/io/http.hpp"
@@ -11,6 +14,20 @@ TEST_CASE("URLs in messages lose credentials and query strings") {
   CHECK(redact_url("https://host/a/b.tensors?X-Amz-Signature=abc") == "https://host/a/b.tensors");
   CHECK(redact_url("http://user:pw@host:8080/x#frag") == "http://host:8080/x");
   CHECK(redact_url("http://host/p@th") == "http://host/p@th");
+}
+
+TEST_CASE("the CA bundle is libcurl's default where it exists, else a known distribution path") {
+  const std::vector<std::string> known = {"/rhel/ca-bundle.crt", "/suse/ca-bundle.pem"};
+  auto only = [](std::set<std::string> present) {
+    return [present](const std::string& p) { return present.count(p) > 0; };
+  };
+  CHECK(pick_ca_bundle("/debian/ca.crt", known, only({"/debian/ca.crt", "/rhel/ca-bundle.crt"})) ==
+        "/debian/ca.crt");
+  CHECK(pick_ca_bundle("/debian/ca.crt", known, only({"/suse/ca-bundle.pem"})) == "/suse/ca-bundle.pem");
+  CHECK(pick_ca_bundle(nullptr, known, only({"/rhel/ca-bundle.crt"})) == "/rhel/ca-bundle.crt");
+  CHECK(pick_ca_bundle("", known, only({})) == "");
+  // This machine has a trust store, so the process-wide choice is a real file.
+  CHECK(::access(system_ca_bundle().c_str(), R_OK) == 0);
 }
 
 TEST_CASE("a server that is not there fails within a bounded time with a clear error") {

@@ -33,6 +33,16 @@ struct HttpOptions {
   std::function<std::vector<std::string>()> sign;
 };
 
+// The CA bundle to trust when the caller names none: libcurl's compiled-in
+// default when that file exists, else the first existing well-known bundle
+// of the common distributions. A wheel vendors a libcurl built on Debian,
+// whose default path other distributions lack. "" when none exists (libcurl
+// then falls back to its CA directory, if any).
+std::string pick_ca_bundle(const char* curl_default, const std::vector<std::string>& candidates,
+                           const std::function<bool(const std::string&)>& readable);
+// pick_ca_bundle for this process (computed once).
+const std::string& system_ca_bundle();
+
 // The URL as it may appear in messages: without user info and query string
 // (pre-signed URLs carry credentials there).
 std::string redact_url(const std::string& url);
