@@ -28,10 +28,31 @@ def prefix(tmp_path_factory):
 
 
 def test_install_layout(prefix):
-    for rel in ["include/tensorizer.h", "lib/libtensorizer.so.0", "lib/pkgconfig/tensorizer.pc",
+    for rel in ["include/tensorizer.h", "include/tensorizer_version.h", "lib/libtensorizer.so.0", "lib/pkgconfig/tensorizer.pc",
                 "lib/cmake/tensorizer/tensorizerConfig.cmake",
                 "lib/cmake/tensorizer/tensorizerConfigVersion.cmake"]:
         assert (prefix / rel).exists(), rel
+
+
+def test_one_version_source(prefix):
+    """The CMake project version reaches the header, tz_version(), the .pc
+    file, the CMake package and (tests/packaging) the wheel."""
+    import re
+
+    version = re.search(r"project\(tensorizer VERSION ([0-9.]+)",
+                        (ROOT / "CMakeLists.txt").read_text()).group(1)
+    major, minor, patch = version.split(".")
+    header = (prefix / "include" / "tensorizer_version.h").read_text()
+    assert f"#define TZ_VERSION_MAJOR {major}\n" in header
+    assert f"#define TZ_VERSION_MINOR {minor}\n" in header
+    assert f"#define TZ_VERSION_PATCH {patch}\n" in header
+    assert f"Version: {version}\n" in (prefix / "lib" / "pkgconfig" / "tensorizer.pc").read_text()
+    config = (prefix / "lib" / "cmake" / "tensorizer" / "tensorizerConfigVersion.cmake").read_text()
+    assert f'set(PACKAGE_VERSION "{version}")' in config
+    from tensorizer import _native
+
+    assert _native.native_version() == version
+    assert _native.lib.TZ_VERSION_MAJOR == int(major)
 
 
 def test_only_tz_symbols_are_exported(prefix):
@@ -48,7 +69,8 @@ def test_header_is_strict_c99(tmp_path):
     src = tmp_path / "h.c"
     src.write_text("#include <tensorizer.h>\nint main(void) { return TZ_OK; }\n")
     run("cc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic",
-        f"-I{ROOT / 'tz-capi' / 'include'}", "-c", str(src), "-o", str(tmp_path / "h.o"))
+        f"-I{ROOT / 'tz-capi' / 'include'}", f"-I{BUILD / 'tz-capi' / 'include'}",
+        "-c", str(src), "-o", str(tmp_path / "h.o"))
 
 
 def test_c_example_with_pkg_config(prefix, tmp_path):

@@ -42,6 +42,12 @@ for dep in ("libsodium", "libcurl", "libhiredis"):
     check(paths, f"{dep} not loaded")
     check(all("tensorizer_native.libs" in p for p in paths), f"{dep} loaded from {paths}")
 
+# The distribution's version is the library's (one source: CMake).
+from importlib import metadata
+
+check(metadata.version("tensorizer-native") == _native.native_version(), "wheel version")
+check(tensorizer.__version__ == "2.12.1", "upstream API level")
+
 # Encrypted round trip with hash verification.
 torch.manual_seed(0)
 state = {
