@@ -49,6 +49,23 @@ void require(bool ok, const char* message) {
   if (!ok) tz::fail(tz::Errc::invalid_arg, message);
 }
 
+// The codes cross the boundary as plain ints (guarded casts them), so each
+// tz::Errc must keep the value <tensorizer.h> pins for it.
+static_assert(int(tz::Errc::invalid_arg) == TZ_E_INVALID_ARG, "tz::Errc::invalid_arg drifted");
+static_assert(int(tz::Errc::io) == TZ_E_IO, "tz::Errc::io drifted");
+static_assert(int(tz::Errc::not_found) == TZ_E_NOT_FOUND, "tz::Errc::not_found drifted");
+static_assert(int(tz::Errc::format) == TZ_E_FORMAT, "tz::Errc::format drifted");
+static_assert(int(tz::Errc::version) == TZ_E_VERSION, "tz::Errc::version drifted");
+static_assert(int(tz::Errc::truncated) == TZ_E_TRUNCATED, "tz::Errc::truncated drifted");
+static_assert(int(tz::Errc::hash) == TZ_E_HASH, "tz::Errc::hash drifted");
+static_assert(int(tz::Errc::conflict) == TZ_E_CONFLICT, "tz::Errc::conflict drifted");
+static_assert(int(tz::Errc::limit) == TZ_E_LIMIT, "tz::Errc::limit drifted");
+static_assert(int(tz::Errc::crypto) == TZ_E_CRYPTO, "tz::Errc::crypto drifted");
+static_assert(int(tz::Errc::unsupported) == TZ_E_UNSUPPORTED, "tz::Errc::unsupported drifted");
+static_assert(int(tz::Errc::state) == TZ_E_STATE, "tz::Errc::state drifted");
+static_assert(int(tz::Errc::nomem) == TZ_E_NOMEM, "tz::Errc::nomem drifted");
+static_assert(int(tz::Errc::internal) == TZ_E_INTERNAL, "tz::Errc::internal drifted");
+
 unsigned parse_threads(const std::string& v) {
   char* end = nullptr;
   errno = 0;
