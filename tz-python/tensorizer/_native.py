@@ -24,7 +24,8 @@ __all__ = ["ffi", "lib", "check", "raise_error", "library_path", "error_message"
 
 ffi = cffi.FFI()
 
-# Declarations mirror tensorizer.h exactly (minus the TZ_API export macro).
+# Declarations mirror tensorizer.h exactly (minus the TZ_API export macro and
+# the TZ_*_INIT initialisers, which cffi cannot parse: set `.version` instead).
 CDEF = """
 #define TZ_VERSION_MAJOR 0
 #define TZ_VERSION_MINOR 1
@@ -93,7 +94,10 @@ typedef struct tz_path_component {
 
 typedef struct tz_reader tz_reader;
 
+#define TZ_FILE_INFO_VERSION 1
+
 typedef struct tz_file_info {
+  uint32_t version;
   uint32_t data_version;
   uint32_t flags;
   uint64_t tensor_count;
@@ -103,7 +107,10 @@ typedef struct tz_file_info {
   int encrypted;
 } tz_file_info;
 
+#define TZ_TENSOR_INFO_VERSION 1
+
 typedef struct tz_tensor_info {
+  uint32_t version;
   const uint8_t *name;
   size_t name_len;
   const char *dtype;
@@ -125,7 +132,7 @@ typedef struct tz_tensor_info {
 } tz_tensor_info;
 
 int tz_reader_open(tz_reader **out, const char *uri, const tz_options *opts);
-void tz_reader_close(tz_reader *reader);
+void tz_reader_free(tz_reader *reader);
 int tz_reader_file_info(tz_file_info *out, const tz_reader *reader);
 int tz_reader_tensor_count(uint64_t *out, const tz_reader *reader);
 int tz_reader_tensor_info(tz_tensor_info *out, tz_reader *reader, uint64_t index);
@@ -134,7 +141,10 @@ int tz_reader_load_headers(tz_reader *reader, const uint64_t *indices, size_t co
 #define TZ_READ_VERIFY_HASH 0x1
 #define TZ_READ_NO_VERIFY_HASH 0x2
 
+#define TZ_READ_REQUEST_VERSION 1
+
 typedef struct tz_read_request {
+  uint32_t version;
   uint64_t index;
   void *dst;
   uint64_t dst_size;
@@ -152,7 +162,7 @@ int tz_source_open(tz_source **out, const char *uri, const tz_options *opts);
 int tz_source_size(uint64_t *out, const tz_source *source);
 int tz_source_read(tz_source *source, uint64_t offset, void *dst, size_t len);
 int tz_source_response_headers(const char **out, size_t *out_len, const tz_source *source);
-void tz_source_close(tz_source *source);
+void tz_source_free(tz_source *source);
 
 typedef struct tz_sink tz_sink;
 int tz_sink_open(tz_sink **out, const char *uri, const tz_options *opts);
@@ -162,7 +172,10 @@ void tz_sink_free(tz_sink *sink);
 
 typedef struct tz_writer tz_writer;
 
+#define TZ_TENSOR_DESC_VERSION 1
+
 typedef struct tz_tensor_desc {
+  uint32_t version;
   const uint8_t *name;
   size_t name_len;
   const char *dtype;
@@ -180,7 +193,10 @@ int tz_writer_open(tz_writer **out, const char *uri, const tz_options *opts);
 int tz_writer_write(tz_writer *writer, const tz_tensor_desc *tensors, size_t count,
                     uint32_t num_threads);
 
+#define TZ_WRITER_STATE_VERSION 1
+
 typedef struct tz_writer_state {
+  uint32_t version;
   uint32_t data_version;
   uint64_t tensor_count;
   uint64_t tensor_data_size;
