@@ -115,7 +115,8 @@ TZ_API const char *tz_status_name(int status);
  * it does not accept fails with TZ_E_INVALID_ARG.
  *
  * Keys for readers only:
- *   "num_threads"  worker threads for bulk reads (default: CPU count, >= 1)
+ *   "num_threads"  worker threads for bulk reads, 1 to 1024 (default: the CPU
+ *                  count, clamped to 2-64)
  *   "kdf_max_opslimit", "kdf_max_memlimit"
  *                  the most costly key derivation a file may ask a password
  *                  key for (defaults 64 and 4294967296 bytes); a file asking
@@ -130,7 +131,8 @@ TZ_API const char *tz_status_name(int status);
  *   "direct_io"    "1" to read large blocks of local files with O_DIRECT when
  *                  possible ("0")
  * Keys for writers only:
- *   "num_threads"  worker threads for hashing and writing (default: CPU count)
+ *   "num_threads"  worker threads for hashing and writing, 1 to 1024 (default:
+ *                  the CPU count, clamped to 2-64)
  *   "crypt_chunk_size"  bytes per encrypted box (default 2097152; a multiple
  *                  of 64, at least 1024). Readers honour any valid size.
  * Keys for remote storage, accepted by readers, sources, writers and sinks
