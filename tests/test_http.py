@@ -296,12 +296,12 @@ def _native_load(url, **options):
     opts = _native_options(options)
     r_p = ffi.new("tz_reader **")
     _native.check(lib.tz_reader_open(r_p, url.encode(), opts))
-    reader = ffi.gc(r_p[0], lib.tz_reader_close)
+    reader = ffi.gc(r_p[0], lib.tz_reader_free)
     n = ffi.new("uint64_t *")
     _native.check(lib.tz_reader_tensor_count(n, reader))
     out = []
     for i in range(n[0]):
-        info = ffi.new("tz_tensor_info *")
+        info = ffi.new("tz_tensor_info *", {"version": lib.TZ_TENSOR_INFO_VERSION})
         _native.check(lib.tz_reader_tensor_info(info, reader, i))
         buf = ffi.new("uint8_t[]", max(int(info.nbytes), 1))
         _native.check(lib.tz_reader_read(reader, i, buf, info.nbytes, lib.TZ_READ_VERIFY_HASH))
@@ -320,7 +320,7 @@ def _native_read_into(url, index, buf, key):
         _native.check(lib.tz_reader_open(r_p, url.encode(), opts.ptr))
     finally:
         opts.free()
-    reader = ffi.gc(r_p[0], lib.tz_reader_close)
+    reader = ffi.gc(r_p[0], lib.tz_reader_free)
     _native.check(lib.tz_reader_read(reader, index, buf, len(buf), lib.TZ_READ_NO_VERIFY_HASH))
 
 

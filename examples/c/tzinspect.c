@@ -47,8 +47,8 @@ int main(int argc, char **argv) {
   tz_reader *reader = NULL;
   int rc = tz_reader_open(&reader, path, NULL);
   if (rc != TZ_OK) return report(rc, "open");
-  tz_file_info file;
-  tz_reader_file_info(&file, reader);
+  tz_file_info file = TZ_FILE_INFO_INIT;
+  if ((rc = tz_reader_file_info(&file, reader)) != TZ_OK) return report(rc, "file_info");
   printf("%s: data version %u, %llu tensors, libtensorizer %s\n", path, file.data_version,
          (unsigned long long)file.tensor_count, tz_version());
 
@@ -56,8 +56,9 @@ int main(int argc, char **argv) {
   tz_read_request *reqs = calloc(file.tensor_count, sizeof *reqs);
   uint64_t total = 0;
   for (uint64_t i = 0; i < file.tensor_count; ++i) {
-    tz_tensor_info info;
+    tz_tensor_info info = TZ_TENSOR_INFO_INIT;
     if ((rc = tz_reader_tensor_info(&info, reader, i)) != TZ_OK) return report(rc, "tensor_info");
+    reqs[i].version = TZ_READ_REQUEST_VERSION; /* every element: the library checks each */
     reqs[i].index = i;
     reqs[i].dst = malloc(info.nbytes ? info.nbytes : 1);
     reqs[i].dst_size = info.nbytes;
@@ -84,6 +85,6 @@ int main(int argc, char **argv) {
 
   for (uint64_t i = 0; i < file.tensor_count; ++i) free(reqs[i].dst);
   free(reqs);
-  tz_reader_close(reader);
+  tz_reader_free(reader);
   return 0;
 }

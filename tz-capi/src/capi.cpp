@@ -49,6 +49,52 @@ void require(bool ok, const char* message) {
   if (!ok) tz::fail(tz::Errc::invalid_arg, message);
 }
 
+// The codes cross the boundary as plain ints (guarded casts them), so each
+// tz::Errc must keep the value <tensorizer.h> pins for it.
+static_assert(int(tz::Errc::invalid_arg) == TZ_E_INVALID_ARG, "tz::Errc::invalid_arg drifted");
+static_assert(int(tz::Errc::io) == TZ_E_IO, "tz::Errc::io drifted");
+static_assert(int(tz::Errc::not_found) == TZ_E_NOT_FOUND, "tz::Errc::not_found drifted");
+static_assert(int(tz::Errc::format) == TZ_E_FORMAT, "tz::Errc::format drifted");
+static_assert(int(tz::Errc::version) == TZ_E_VERSION, "tz::Errc::version drifted");
+static_assert(int(tz::Errc::truncated) == TZ_E_TRUNCATED, "tz::Errc::truncated drifted");
+static_assert(int(tz::Errc::hash) == TZ_E_HASH, "tz::Errc::hash drifted");
+static_assert(int(tz::Errc::conflict) == TZ_E_CONFLICT, "tz::Errc::conflict drifted");
+static_assert(int(tz::Errc::limit) == TZ_E_LIMIT, "tz::Errc::limit drifted");
+static_assert(int(tz::Errc::crypto) == TZ_E_CRYPTO, "tz::Errc::crypto drifted");
+static_assert(int(tz::Errc::unsupported) == TZ_E_UNSUPPORTED, "tz::Errc::unsupported drifted");
+static_assert(int(tz::Errc::state) == TZ_E_STATE, "tz::Errc::state drifted");
+static_assert(int(tz::Errc::nomem) == TZ_E_NOMEM, "tz::Errc::nomem drifted");
+static_assert(int(tz::Errc::internal) == TZ_E_INTERNAL, "tz::Errc::internal drifted");
+
+// Rejects a versioned struct whose `version` this build does not know: 0 (the
+// caller forgot it) or newer than `known` (the caller was built against a
+// newer header, so its struct may be larger than ours). Every struct has only
+// version 1 today; a later version adds fields at the end, and the code that
+// fills or reads them checks `version` first.
+void check_version(uint32_t version, uint32_t known, const char* what, const char* macro) {
+  if (version == 0 || version > known) {
+    tz::fail(tz::Errc::invalid_arg, std::string(what) + ".version is " + std::to_string(version) +
+                                        ": this library knows versions 1 to " + std::to_string(known) +
+                                        " (initialise it with " + macro + ")");
+  }
+}
+
+// The first element's version fixes the stride of a caller's array, so every
+// element must carry that same version.
+template <class T>
+void check_array_version(const T* items, size_t count, uint32_t known, const char* what, const char* macro) {
+  if (count == 0) return;
+  check_version(items[0].version, known, what, macro);
+  for (size_t k = 1; k < count; ++k) {
+    if (items[k].version != items[0].version) {
+      tz::fail(tz::Errc::invalid_arg, std::string(what) + "[" + std::to_string(k) + "].version is " +
+                                          std::to_string(items[k].version) + " but element 0's is " +
+                                          std::to_string(items[0].version) +
+                                          ": all elements of an array must carry the same version");
+    }
+  }
+}
+
 unsigned parse_threads(const std::string& v) {
   char* end = nullptr;
   errno = 0;
@@ -323,11 +369,12 @@ int tz_reader_open(tz_reader** out, const char* uri, const tz_options* opts) {
   });
 }
 
-void tz_reader_close(tz_reader* reader) { delete reader; }
+void tz_reader_free(tz_reader* reader) { delete reader; }
 
 int tz_reader_file_info(tz_file_info* out, const tz_reader* reader) {
   return guarded([&] {
     require(out && reader, "out and reader must not be NULL");
+    check_version(out->version, TZ_FILE_INFO_VERSION, "tz_file_info", "TZ_FILE_INFO_INIT");
     const auto& h = reader->impl->file_header();
     out->data_version = h.version;
     out->flags = uint32_t(h.flags);
@@ -349,6 +396,7 @@ int tz_reader_tensor_count(uint64_t* out, const tz_reader* reader) {
 int tz_reader_tensor_info(tz_tensor_info* out, tz_reader* reader, uint64_t index) {
   return guarded([&] {
     require(out && reader, "out and reader must not be NULL");
+    check_version(out->version, TZ_TENSOR_INFO_VERSION, "tz_tensor_info", "TZ_TENSOR_INFO_INIT");
     const auto& entries = reader->impl->entries();
     if (index >= entries.size()) tz::fail(tz::Errc::not_found, "Tensor index " + std::to_string(index) + " is out of range");
     const auto& e = entries[size_t(index)];
@@ -399,6 +447,7 @@ int tz_reader_read_batch(tz_reader* reader, const tz_read_request* requests, siz
   return guarded([&] {
     require(reader != nullptr, "reader is NULL");
     require(requests != nullptr || count == 0, "requests is NULL");
+    check_array_version(requests, count, TZ_READ_REQUEST_VERSION, "tz_read_request", "TZ_READ_REQUEST_INIT");
     std::vector<tz::core::ReadRequest> reqs(count);
     for (size_t k = 0; k < count; ++k) reqs[k] = {requests[k].index, requests[k].dst, requests[k].dst_size};
     reader->impl->read_batch(reqs.data(), count, want_verify(reader, flags), num_threads, failed);
@@ -459,7 +508,7 @@ int tz_source_read(tz_source* source, uint64_t offset, void* dst, size_t len) {
   });
 }
 
-void tz_source_close(tz_source* source) { delete source; }
+void tz_source_free(tz_source* source) { delete source; }
 
 int tz_sink_open(tz_sink** out, const char* uri, const tz_options* opts) {
   return guarded([&] {
@@ -525,6 +574,7 @@ int tz_writer_write(tz_writer* writer, const tz_tensor_desc* tensors, size_t cou
   return guarded([&] {
     require(writer != nullptr, "writer is NULL");
     require(tensors != nullptr || count == 0, "tensors is NULL");
+    check_array_version(tensors, count, TZ_TENSOR_DESC_VERSION, "tz_tensor_desc", "TZ_TENSOR_DESC_INIT");
     std::vector<tz::core::TensorInput> in(count);
     for (size_t k = 0; k < count; ++k) {
       const auto& d = tensors[k];
@@ -547,6 +597,7 @@ int tz_writer_write(tz_writer* writer, const tz_tensor_desc* tensors, size_t cou
 int tz_writer_state_get(tz_writer_state* out, const tz_writer* writer) {
   return guarded([&] {
     require(out && writer, "out and writer must not be NULL");
+    check_version(out->version, TZ_WRITER_STATE_VERSION, "tz_writer_state", "TZ_WRITER_STATE_INIT");
     const auto& h = writer->impl->file_header();
     out->data_version = h.version;
     out->tensor_count = h.tensor_count;

@@ -28,7 +28,7 @@ inline void spit(const std::string& path, const std::vector<uint8_t>& bytes) {
 
 inline tz_tensor_desc desc(const std::string& name, const char* dtype, size_t dtype_len, std::vector<uint64_t>& shape,
                            const void* data, uint64_t size) {
-  tz_tensor_desc d{};
+  tz_tensor_desc d = TZ_TENSOR_DESC_INIT;
   d.name = reinterpret_cast<const uint8_t*>(name.data());
   d.name_len = name.size();
   d.dtype = dtype;

@@ -19,9 +19,105 @@ using namespace tz_test;
 
 
 TEST_CASE("version and status names") {
-  REQUIRE(std::string(tz_version()) == "0.1.0");
+  // The library reports the version its header was generated with (CMake's project version).
+  REQUIRE(std::string(tz_version()) == std::to_string(TZ_VERSION_MAJOR) + "." + std::to_string(TZ_VERSION_MINOR) +
+                                           "." + std::to_string(TZ_VERSION_PATCH));
   REQUIRE(std::string(tz_status_name(TZ_E_HASH)) == "TZ_E_HASH");
   REQUIRE(std::string(tz_status_name(12345)) == "TZ_E_UNKNOWN");
+}
+
+// Expects `rc` to be TZ_E_INVALID_ARG with a message that names `what`.
+static void check_rejected(int rc, const char* what) {
+  CHECK(rc == TZ_E_INVALID_ARG);
+  CHECK(std::string(tz_error_last()).find(what) != std::string::npos);
+}
+
+TEST_CASE("versioned structs: unknown versions are rejected, naming the struct") {
+  const std::string path = temp_path("versions.tensors");
+  tz_writer* w = nullptr;
+  REQUIRE(tz_writer_open(&w, path.c_str(), nullptr) == TZ_OK);
+  float data[2] = {1, 2};
+  std::vector<uint64_t> shape{2};
+  const std::string a = "a", b = "b";
+  tz_tensor_desc d[2] = {desc(a, "<f4", 3, shape, data, sizeof data), desc(b, "<f4", 3, shape, data, sizeof data)};
+  CHECK(d[0].version == TZ_TENSOR_DESC_VERSION);
+  for (uint32_t bad : {0u, uint32_t(TZ_TENSOR_DESC_VERSION + 1)}) {
+    d[0].version = bad;
+    check_rejected(tz_writer_write(w, d, 2, 0), "tz_tensor_desc.version");
+  }
+  // A later element that differs from the first: the stride would be wrong.
+  d[0].version = TZ_TENSOR_DESC_VERSION;
+  d[1].version = 0;
+  check_rejected(tz_writer_write(w, d, 2, 0), "tz_tensor_desc[1].version");
+  d[1].version = TZ_TENSOR_DESC_VERSION;
+
+  tz_writer_state st = TZ_WRITER_STATE_INIT;
+  REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
+  CHECK(st.tensor_count == 0);  // nothing of the rejected calls was written
+  REQUIRE(tz_writer_write(w, d, 2, 0) == TZ_OK);
+  st.version = 0;
+  check_rejected(tz_writer_state_get(&st, w), "tz_writer_state");
+  st.version = TZ_WRITER_STATE_VERSION + 1;
+  check_rejected(tz_writer_state_get(&st, w), "tz_writer_state");
+  st.version = TZ_WRITER_STATE_VERSION;
+  REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
+  CHECK(st.version == TZ_WRITER_STATE_VERSION);  // the library never changes it
+  CHECK(st.tensor_count == 2);
+  REQUIRE(tz_writer_close(w) == TZ_OK);
+  tz_writer_free(w);
+
+  tz_reader* r = nullptr;
+  REQUIRE(tz_reader_open(&r, path.c_str(), nullptr) == TZ_OK);
+  tz_file_info fi = TZ_FILE_INFO_INIT;
+  fi.version = 0;
+  check_rejected(tz_reader_file_info(&fi, r), "tz_file_info");
+  CHECK(fi.tensor_count == 0);  // a rejected out-param is left alone
+  fi.version = TZ_FILE_INFO_VERSION + 1;
+  check_rejected(tz_reader_file_info(&fi, r), "tz_file_info");
+  fi.version = TZ_FILE_INFO_VERSION;
+  REQUIRE(tz_reader_file_info(&fi, r) == TZ_OK);
+  CHECK(fi.version == TZ_FILE_INFO_VERSION);
+  CHECK(fi.tensor_count == 2);
+
+  tz_tensor_info info = TZ_TENSOR_INFO_INIT;
+  info.version = 0;
+  check_rejected(tz_reader_tensor_info(&info, r, 0), "tz_tensor_info");
+  CHECK(info.name == nullptr);
+  info.version = TZ_TENSOR_INFO_VERSION + 1;
+  check_rejected(tz_reader_tensor_info(&info, r, 0), "tz_tensor_info");
+  info.version = TZ_TENSOR_INFO_VERSION;
+  REQUIRE(tz_reader_tensor_info(&info, r, 1) == TZ_OK);
+  CHECK(info.version == TZ_TENSOR_INFO_VERSION);
+  CHECK(std::string(reinterpret_cast<const char*>(info.name), info.name_len) == "b");
+
+  float out0[2] = {}, out1[2] = {};
+  tz_read_request reqs[2] = {TZ_READ_REQUEST_INIT, TZ_READ_REQUEST_INIT};
+  reqs[0].index = 0;
+  reqs[0].dst = out0;
+  reqs[0].dst_size = sizeof out0;
+  reqs[1].index = 1;
+  reqs[1].dst = out1;
+  reqs[1].dst_size = sizeof out1;
+  reqs[0].version = TZ_READ_REQUEST_VERSION + 1;
+  check_rejected(tz_reader_read_batch(r, reqs, 2, 0, 0, nullptr), "tz_read_request.version");
+  reqs[0].version = TZ_READ_REQUEST_VERSION;
+  reqs[1].version = 0;
+  check_rejected(tz_reader_read_batch(r, reqs, 2, 0, 0, nullptr), "tz_read_request[1].version");
+  CHECK(out1[0] == 0);  // nothing was read
+  reqs[1].version = TZ_READ_REQUEST_VERSION;
+  REQUIRE(tz_reader_read_batch(r, reqs, 2, TZ_READ_VERIFY_HASH, 0, nullptr) == TZ_OK);
+  CHECK(std::memcmp(out1, data, sizeof data) == 0);
+  tz_reader_free(r);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("free functions accept NULL") {
+  tz_reader_free(nullptr);
+  tz_source_free(nullptr);
+  tz_sink_free(nullptr);
+  tz_writer_free(nullptr);
+  tz_options_free(nullptr);
+  tz_key_free(nullptr);
 }
 
 TEST_CASE("FORMAT.md worked example is written byte for byte") {
@@ -33,7 +129,7 @@ TEST_CASE("FORMAT.md worked example is written byte for byte") {
   const std::string name = "a";
   tz_tensor_desc d = desc(name, "<f4", 3, shape, data, sizeof data);
   REQUIRE(tz_writer_write(w, &d, 1, 0) == TZ_OK);
-  tz_writer_state st{};
+  tz_writer_state st = TZ_WRITER_STATE_INIT;
   REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
   CHECK(st.data_version == 1);
   CHECK(st.tensor_count == 1);
@@ -61,7 +157,7 @@ TEST_CASE("FORMAT.md worked example is written byte for byte") {
   uint64_t n = 0;
   REQUIRE(tz_reader_tensor_count(&n, r) == TZ_OK);
   REQUIRE(n == 1);
-  tz_tensor_info info{};
+  tz_tensor_info info = TZ_TENSOR_INFO_INIT;
   REQUIRE(tz_reader_tensor_info(&info, r, 0) == TZ_OK);
   CHECK(info.module_index == -1);
   CHECK(info.nbytes == 24);
@@ -78,7 +174,7 @@ TEST_CASE("FORMAT.md worked example is written byte for byte") {
   data[0] = 9;
   CHECK(tz_reader_verify_bytes(r, 0, data, sizeof data) == TZ_E_HASH);
   CHECK(std::string(tz_error_last()).find("failed CRC32 verification") != std::string::npos);
-  tz_reader_close(r);
+  tz_reader_free(r);
   std::remove(path.c_str());
 }
 
@@ -104,14 +200,14 @@ TEST_CASE("batch round trip with structured names, meta, empty and opaque tensor
   };
   d[1].is_meta = 1;
   REQUIRE(tz_writer_write(w, d.data(), d.size(), 2) == TZ_OK);
-  tz_writer_state st{};
+  tz_writer_state st = TZ_WRITER_STATE_INIT;
   REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
   CHECK(st.data_version == 4);
   tz_writer_free(w);  // closes
 
   tz_reader* r = nullptr;
   REQUIRE(tz_reader_open(&r, path.c_str(), nullptr) == TZ_OK);
-  tz_tensor_info info{};
+  tz_tensor_info info = TZ_TENSOR_INFO_INIT;
   REQUIRE(tz_reader_tensor_info(&info, r, 0) == TZ_OK);
   REQUIRE(info.path_len == 4);
   CHECK(info.path[2].is_index == 1);
@@ -126,10 +222,10 @@ TEST_CASE("batch round trip with structured names, meta, empty and opaque tensor
   std::vector<float> out_meta(12, 7.0f);
   uint16_t out_bf[2] = {};
   const tz_read_request reqs[] = {
-      {0, out_big.data(), out_big.size()},
-      {1, out_meta.data(), out_meta.size() * 4},
-      {2, nullptr, 0},
-      {3, out_bf, sizeof out_bf},
+      {TZ_READ_REQUEST_VERSION, 0, out_big.data(), out_big.size()},
+      {TZ_READ_REQUEST_VERSION, 1, out_meta.data(), out_meta.size() * 4},
+      {TZ_READ_REQUEST_VERSION, 2, nullptr, 0},
+      {TZ_READ_REQUEST_VERSION, 3, out_bf, sizeof out_bf},
   };
   for (uint32_t flags : {TZ_READ_VERIFY_HASH, TZ_READ_NO_VERIFY_HASH}) {
     size_t failed = 99;
@@ -138,7 +234,7 @@ TEST_CASE("batch round trip with structured names, meta, empty and opaque tensor
     CHECK(out_meta == std::vector<float>(12, 0.0f));
     CHECK(out_bf[1] == 0xc000);
   }
-  tz_reader_close(r);
+  tz_reader_free(r);
   std::remove(path.c_str());
 }
 
@@ -169,7 +265,7 @@ TEST_CASE("writer refuses bad input without changing the file") {
   // The refused calls left "b" free and the file at one tensor.
   tz_tensor_desc d8 = desc(b, "<f4", 3, shape, &v, 4);
   REQUIRE(tz_writer_write(w, &d8, 1, 0) == TZ_OK);
-  tz_writer_state st{};
+  tz_writer_state st = TZ_WRITER_STATE_INIT;
   REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
   CHECK(st.tensor_count == 2);
   tz_writer_free(w);
@@ -199,14 +295,14 @@ TEST_CASE("metadata larger than the standard reserve works on the first write ca
 
   tz_reader* r = nullptr;
   REQUIRE(tz_reader_open(&r, path.c_str(), nullptr) == TZ_OK);
-  tz_file_info fi{};
+  tz_file_info fi = TZ_FILE_INFO_INIT;
   REQUIRE(tz_reader_file_info(&fi, r) == TZ_OK);
   CHECK(fi.tensor_count == count);
   CHECK(fi.metadata_length > 262144);
   float out = 0;
   REQUIRE(tz_reader_read(r, count - 1, &out, 4, TZ_READ_VERIFY_HASH) == TZ_OK);
   CHECK(out == 2);
-  tz_reader_close(r);
+  tz_reader_free(r);
   std::remove(path.c_str());
 }
 
@@ -231,7 +327,7 @@ TEST_CASE("hostile files give typed errors") {
     if (rc == TZ_OK) {
       std::vector<float> out(100);
       rc = tz_reader_read(r, 0, out.data(), 400, TZ_READ_VERIFY_HASH);
-      tz_reader_close(r);
+      tz_reader_free(r);
     }
     return rc;
   };
@@ -275,13 +371,13 @@ TEST_CASE("upstream vectors open and verify") {
     std::vector<std::vector<uint8_t>> bufs(n);
     std::vector<tz_read_request> reqs(n);
     for (uint64_t i = 0; i < n; ++i) {
-      tz_tensor_info info{};
+      tz_tensor_info info = TZ_TENSOR_INFO_INIT;
       REQUIRE(tz_reader_tensor_info(&info, r, i) == TZ_OK);
       bufs[i].resize(info.nbytes);
-      reqs[i] = {i, bufs[i].data(), info.nbytes};
+      reqs[i] = {TZ_READ_REQUEST_VERSION, i, bufs[i].data(), info.nbytes};
     }
     REQUIRE(tz_reader_read_batch(r, reqs.data(), n, TZ_READ_VERIFY_HASH, 0, nullptr) == TZ_OK);
-    tz_reader_close(r);
+    tz_reader_free(r);
   }
   for (const char* name : {"enc_random", "enc_password"}) {
     const std::string path = std::string(TZ_VECTORS_DIR) + "/" + name + ".tensors";
@@ -319,7 +415,7 @@ TEST_CASE("reader options") {
   // Unaligned destination: O_DIRECT falls back to cached reads for it.
   REQUIRE(tz_reader_read(r, 0, out.data() + 1, data.size(), 0) == TZ_OK);
   CHECK(std::equal(data.begin(), data.end(), out.begin() + 1));
-  tz_reader_close(r);
+  tz_reader_free(r);
   std::remove(path.c_str());
 }
 
@@ -332,7 +428,7 @@ TEST_CASE("an empty meta tensor raises the data version to 4, as upstream") {
   tz_tensor_desc d = desc(name, "<f4", 3, shape, nullptr, 0);
   d.is_meta = 1;
   REQUIRE(tz_writer_write(w, &d, 1, 0) == TZ_OK);
-  tz_writer_state st{};
+  tz_writer_state st = TZ_WRITER_STATE_INIT;
   REQUIRE(tz_writer_state_get(&st, w) == TZ_OK);
   CHECK(st.data_version == 4);
   tz_writer_free(w);
@@ -359,6 +455,6 @@ TEST_CASE("raw sources: size, exact reads, the end, and no response headers for 
   CHECK(headers != nullptr);
   CHECK(headers_len == 0);
   CHECK(tz_source_response_headers(nullptr, &headers_len, src) == TZ_E_INVALID_ARG);
-  tz_source_close(src);
+  tz_source_free(src);
   std::remove(path.c_str());
 }

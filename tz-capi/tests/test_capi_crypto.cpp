@@ -45,7 +45,7 @@ struct Opts {
 
 struct Reader {
   tz_reader* r = nullptr;
-  ~Reader() { tz_reader_close(r); }
+  ~Reader() { tz_reader_free(r); }
 };
 
 int open_with(Reader& r, const std::string& path, const tz_key* key) {
@@ -61,10 +61,10 @@ int read_all(tz_reader* r, std::vector<std::vector<uint8_t>>& out, uint32_t flag
   out.assign(size_t(n), {});
   std::vector<tz_read_request> reqs(static_cast<size_t>(n));
   for (uint64_t i = 0; i < n; ++i) {
-    tz_tensor_info info{};
+    tz_tensor_info info = TZ_TENSOR_INFO_INIT;
     REQUIRE(tz_reader_tensor_info(&info, r, i) == TZ_OK);
     out[size_t(i)].assign(size_t(info.nbytes), 0xEE);
-    reqs[size_t(i)] = {i, out[size_t(i)].data(), info.nbytes};
+    reqs[size_t(i)] = {TZ_READ_REQUEST_VERSION, i, out[size_t(i)].data(), info.nbytes};
   }
   return tz_reader_read_batch(r, reqs.data(), reqs.size(), flags, 0, nullptr);
 }
@@ -114,7 +114,7 @@ TEST_CASE("encrypted round trip across box boundaries, with meta and empty tenso
 
   Reader r;
   REQUIRE(open_with(r, path, key.k) == TZ_OK);
-  tz_file_info fi{};
+  tz_file_info fi = TZ_FILE_INFO_INIT;
   REQUIRE(tz_reader_file_info(&fi, r.r) == TZ_OK);
   CHECK(fi.data_version == 4);  // a meta tensor in an encrypted file: v4 with the flag
   CHECK(fi.flags == 1);
@@ -125,7 +125,7 @@ TEST_CASE("encrypted round trip across box boundaries, with meta and empty tenso
     CHECK(got == expected);
   }
   // Header sizes: encrypted tensors carry SHA-256 only and 60 + 16m bytes of crypt_info.
-  tz_tensor_info info{};
+  tz_tensor_info info = TZ_TENSOR_INFO_INIT;
   REQUIRE(tz_reader_tensor_info(&info, r.r, 1) == TZ_OK);  // 1025 bytes: 2 boxes
   const uint64_t fixed = 8 + 2 + 1 + 2 + 2 + 1 + 3 + 1 + 4 + 2 + 1 + 34 + 8;
   CHECK(info.data_offset - info.header_offset == fixed + 60 + 2 * 16);
@@ -179,7 +179,7 @@ TEST_CASE("wrong keys and altered data fail with one crypto error and no data") 
 
   Reader probe;
   REQUIRE(open_with(probe, path, key.k) == TZ_OK);
-  tz_tensor_info info{};
+  tz_tensor_info info = TZ_TENSOR_INFO_INIT;
   REQUIRE(tz_reader_tensor_info(&info, probe.r, 0) == TZ_OK);
   const size_t data_at = size_t(info.data_offset);
   const size_t mac0 = data_at - 8 - 4 * 16;  // the four MACs end right before the data length
@@ -350,13 +350,13 @@ TEST_CASE("metadata_only lists an encrypted file without a key and reads none of
   REQUIRE(tz_options_set(o.o, "metadata_only", "1") == TZ_OK);
   Reader r;
   REQUIRE(tz_reader_open(&r.r, path.c_str(), o.o) == TZ_OK);
-  tz_file_info file{};
+  tz_file_info file = TZ_FILE_INFO_INIT;
   REQUIRE(tz_reader_file_info(&file, r.r) == TZ_OK);
   CHECK(file.encrypted == 1);
   uint64_t n = 0;
   REQUIRE(tz_reader_tensor_count(&n, r.r) == TZ_OK);
   REQUIRE(n == 3);
-  tz_tensor_info info{};
+  tz_tensor_info info = TZ_TENSOR_INFO_INIT;
   REQUIRE(tz_reader_tensor_info(&info, r.r, 0) == TZ_OK);
   CHECK(info.nbytes == 5000);
   // Tensor headers are in the clear, so loading them needs no key.

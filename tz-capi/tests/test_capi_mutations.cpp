@@ -28,7 +28,7 @@ Regions structure_of(const std::string& path, const std::vector<uint8_t>& bytes,
   Regions out;
   tz_reader* r = nullptr;
   REQUIRE(tz_reader_open(&r, path.c_str(), opts) == TZ_OK);
-  tz_file_info fi{};
+  tz_file_info fi = TZ_FILE_INFO_INIT;
   REQUIRE(tz_reader_file_info(&fi, r) == TZ_OK);
   // Upstream reserves room in the metadata block; its zero padding after the
   // entries is not worth most of the mutations.
@@ -36,11 +36,11 @@ Regions structure_of(const std::string& path, const std::vector<uint8_t>& bytes,
   while (used > 73 && bytes[size_t(used - 1)] == 0) --used;
   out.spans.push_back({0, std::min<uint64_t>(used + 16, 73 + fi.metadata_length)});
   for (uint64_t i = 0; i < fi.tensor_count; ++i) {
-    tz_tensor_info ti{};
+    tz_tensor_info ti = TZ_TENSOR_INFO_INIT;
     REQUIRE(tz_reader_tensor_info(&ti, r, i) == TZ_OK);
     out.spans.push_back({ti.header_offset, ti.data_offset});
   }
-  tz_reader_close(r);
+  tz_reader_free(r);
   return out;
 }
 
@@ -95,21 +95,21 @@ int open_and_read_all(const std::string& path, const tz_options* opts, uint64_t 
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<tz_read_request> requests;
   for (uint64_t i = 0; rc == TZ_OK && i < count; ++i) {
-    tz_tensor_info ti{};
+    tz_tensor_info ti = TZ_TENSOR_INFO_INIT;
     rc = tz_reader_tensor_info(&ti, r, i);
     if (rc != TZ_OK) break;
     // What a caller would allocate: bounded by the file for stored tensors.
     if (!ti.is_meta) CHECK(ti.nbytes <= file_size);
     if (ti.nbytes > (uint64_t(64) << 20)) continue;  // a meta tensor's zeros: not the point here
     buffers.emplace_back(size_t(ti.nbytes));
-    requests.push_back({i, buffers.back().empty() ? nullptr : buffers.back().data(), ti.nbytes});
+    requests.push_back({TZ_READ_REQUEST_VERSION, i, buffers.back().empty() ? nullptr : buffers.back().data(), ti.nbytes});
   }
   if (rc == TZ_OK) {
     for (size_t k = 0; k < requests.size(); ++k) requests[k].dst = buffers[k].empty() ? nullptr : buffers[k].data();
     size_t failed = 0;
     rc = tz_reader_read_batch(r, requests.data(), requests.size(), TZ_READ_VERIFY_HASH, 2, &failed);
   }
-  tz_reader_close(r);
+  tz_reader_free(r);
   return rc;
 }
 

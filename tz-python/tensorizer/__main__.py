@@ -127,7 +127,7 @@ def _info(args) -> int:
     # Tensor headers are stored in the clear: listing needs no key.
     reader = open_native_reader(args.src, _decryption(args), metadata_only=True)
     lib, ffi = _native.lib, _native.ffi
-    info = ffi.new("tz_file_info *")
+    info = ffi.new("tz_file_info *", {"version": lib.TZ_FILE_INFO_VERSION})
     _native.check(lib.tz_reader_file_info(info, reader))
     count = ffi.new("uint64_t *")
     _native.check(lib.tz_reader_tensor_count(count, reader))

@@ -81,7 +81,7 @@ def _copy_batch(reader, writer, start: int, count: int) -> int:
     total = 0
     index = start
     while index < count and (index == start or total < _BATCH_BYTES):
-        info = ffi.new("tz_tensor_info *")
+        info = ffi.new("tz_tensor_info *", {"version": lib.TZ_TENSOR_INFO_VERSION})
         _native.check(lib.tz_reader_tensor_info(info, reader, index))
         size = int(info.nbytes)
         if index > start and total + size > _BATCH_BYTES:
@@ -93,6 +93,7 @@ def _copy_batch(reader, writer, start: int, count: int) -> int:
 
     requests = ffi.new("tz_read_request[]", len(infos))
     for k, ((i, info), buf) in enumerate(zip(infos, buffers)):
+        requests[k].version = lib.TZ_READ_REQUEST_VERSION
         requests[k].index = i
         requests[k].dst = buf
         requests[k].dst_size = int(info.nbytes)
@@ -105,6 +106,7 @@ def _copy_batch(reader, writer, start: int, count: int) -> int:
     descs = ffi.new("tz_tensor_desc[]", len(infos))
     for k, ((_, info), buf) in enumerate(zip(infos, buffers)):
         d = descs[k]
+        d.version = lib.TZ_TENSOR_DESC_VERSION
         d.name = info.name
         d.name_len = info.name_len
         d.dtype = info.dtype

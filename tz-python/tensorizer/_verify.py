@@ -59,7 +59,7 @@ def open_native_reader(
         if rc == lib.TZ_E_NOT_FOUND:
             raise FileNotFoundError(message)
         _native.raise_error(rc, message)
-    return ffi.gc(out[0], lib.tz_reader_close)
+    return ffi.gc(out[0], lib.tz_reader_free)
 
 
 def verify_file(
@@ -73,7 +73,7 @@ def verify_file(
     count_p = ffi.new("uint64_t *")
     _native.check(lib.tz_reader_tensor_count(count_p, reader))
     sizes, meta = [], []
-    info = ffi.new("tz_tensor_info *")
+    info = ffi.new("tz_tensor_info *", {"version": lib.TZ_TENSOR_INFO_VERSION})
     for i in range(int(count_p[0])):
         _native.check(lib.tz_reader_tensor_info(info, reader, i))
         sizes.append(int(info.nbytes))
@@ -115,6 +115,7 @@ def _verify_batch(reader, buffer, sizes, batch, num_threads: int, report: Verify
     requests = ffi.new("tz_read_request[]", len(batch))
     offset = 0
     for k, i in enumerate(batch):
+        requests[k].version = lib.TZ_READ_REQUEST_VERSION
         requests[k].index = i
         requests[k].dst = buffer + offset
         requests[k].dst_size = sizes[i]

@@ -548,7 +548,7 @@ class _Entry:
 def _read_entries(reader, count: int) -> List[_Entry]:
     """The metadata index of an open tz_reader, one _Entry per tensor."""
     lib = _native.lib
-    tinfo = ffi.new("tz_tensor_info *")
+    tinfo = ffi.new("tz_tensor_info *", {"version": lib.TZ_TENSOR_INFO_VERSION})
     entries: List[_Entry] = []
     unpack = ffi.unpack
     tensor_info = lib.tz_reader_tensor_info
@@ -743,7 +743,7 @@ class TensorDeserializer(
             raise _open_error(rc, path)
         self._reader = out[0]
 
-        info = ffi.new("tz_file_info *")
+        info = ffi.new("tz_file_info *", {"version": lib.TZ_FILE_INFO_VERSION})
         _native.check(lib.tz_reader_file_info(info, self._reader))
         self._data_version = int(info.data_version)
         self._file_flags = _FileFeatureFlags(int(info.flags))  # upstream: an IntFlag
@@ -898,7 +898,7 @@ class TensorDeserializer(
             reader = getattr(self, "_reader", ffi.NULL)
             self._reader = ffi.NULL
             if reader != ffi.NULL:
-                _native.lib.tz_reader_close(reader)
+                _native.lib.tz_reader_free(reader)
             anon = getattr(self, "_anon", None)
             self._anon = None
             if anon is not None:
@@ -995,8 +995,10 @@ class TensorDeserializer(
         tensors = [self._allocate_cpu(e) for e in entries]
         n = len(entries)
         reqs = ffi.new("tz_read_request[]", n)
+        version = _native.lib.TZ_READ_REQUEST_VERSION
         for i, (e, t) in enumerate(zip(entries, tensors)):
             r = reqs[i]
+            r.version = version
             r.index = e.index
             if e.nbytes:
                 r.dst = ffi.cast(_VOID_P, t.data_ptr())
@@ -1022,7 +1024,7 @@ class TensorDeserializer(
                 # raw None: the parameter holds the stored data itself
                 shares = param.dtype == raw.dtype and param.device.type == "cpu"
                 loaded.append((e, param, None if shares else False))
-        info = ffi.new("tz_tensor_info *")
+        info = ffi.new("tz_tensor_info *", {"version": _native.lib.TZ_TENSOR_INFO_VERSION})
         tensor_info = _native.lib.tz_reader_tensor_info
         reader = self._reader
         cache = self._cache
@@ -1077,6 +1079,7 @@ class TensorDeserializer(
                 base = buf.data_ptr()
                 reqs = ffi.new("tz_read_request[]", len(group))
                 for i, (e, off) in enumerate(group):
+                    reqs[i].version = _native.lib.TZ_READ_REQUEST_VERSION
                     reqs[i].index = e.index
                     reqs[i].dst = ffi.cast("void *", base + off) if e.nbytes else _EMPTY_PTR
                     reqs[i].dst_size = e.nbytes
@@ -1629,7 +1632,7 @@ class TensorSerializer:
     # -- state -------------------------------------------------------------
 
     def _refresh_state(self) -> None:
-        st = ffi.new("tz_writer_state *")
+        st = ffi.new("tz_writer_state *", {"version": _native.lib.TZ_WRITER_STATE_VERSION})
         _native.check(_native.lib.tz_writer_state_get(st, self._writer))
         self._state = (
             int(st.data_version),
@@ -1746,8 +1749,10 @@ class TensorSerializer:
         n = len(specs)
         descs = ffi.new("tz_tensor_desc[]", max(n, 1))
         keep: List[Any] = []  # objects that must outlive the native call
+        version = _native.lib.TZ_TENSOR_DESC_VERSION
         for i, (idx, path, tensor_type, tensor) in enumerate(specs):
             d = descs[i]
+            d.version = version
             struct.pack("<H", idx)  # struct.error, as upstream, if out of range
             name_bytes = self._name_bytes(path)
             struct.pack("<H", len(name_bytes))

@@ -271,7 +271,7 @@ class RemoteStreamFile(_NativeStream):
             if rc == lib.TZ_E_NOT_FOUND:
                 raise FileNotFoundError(msg)
             _native.raise_error(rc, msg)
-        self._src = ffi.gc(out[0], lib.tz_source_close)
+        self._src = ffi.gc(out[0], lib.tz_source_free)
         size = ffi.new("uint64_t *")
         _native.check(lib.tz_source_size(size, self._src))
         self._size = int(size[0])
@@ -338,7 +338,7 @@ class RemoteStreamFile(_NativeStream):
 
     def close(self) -> None:
         if not self.closed and getattr(self, "_src", None) is not None:
-            self._ffi.release(self._src)  # runs tz_source_close now
+            self._ffi.release(self._src)  # runs tz_source_free now
             self._src = None
         super().close()
 

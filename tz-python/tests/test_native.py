@@ -59,3 +59,27 @@ def test_status_names():
     from tensorizer import _native
 
     assert _native.ffi.string(_native.lib.tz_status_name(_native.lib.TZ_E_HASH)) == b"TZ_E_HASH"
+
+
+def test_structs_without_a_version_are_rejected():
+    # cffi zero-fills new structs, so a caller that forgets `.version` sends 0.
+    from pathlib import Path
+
+    from tensorizer import _native
+
+    lib, ffi = _native.lib, _native.ffi
+    vector = Path(__file__).resolve().parents[2] / "tests" / "vectors" / "v4_meta.tensors"
+    out = ffi.new("tz_reader **")
+    _native.check(lib.tz_reader_open(out, str(vector).encode(), ffi.NULL))
+    reader = ffi.gc(out[0], lib.tz_reader_free)
+
+    info = ffi.new("tz_file_info *")
+    assert lib.tz_reader_file_info(info, reader) == lib.TZ_E_INVALID_ARG
+    assert "tz_file_info.version is 0" in _native.error_message()
+    info.version = lib.TZ_FILE_INFO_VERSION
+    _native.check(lib.tz_reader_file_info(info, reader))
+    assert info.tensor_count > 0
+
+    requests = ffi.new("tz_read_request[]", 1)
+    assert lib.tz_reader_read_batch(reader, requests, 1, 0, 0, ffi.NULL) == lib.TZ_E_INVALID_ARG
+    assert "tz_read_request.version" in _native.error_message()

@@ -162,7 +162,7 @@ ST native_type(std::string_view np) {
 // ---- handles ----------------------------------------------------------------
 
 using OptionsPtr = std::unique_ptr<tz_options, decltype(&tz_options_free)>;
-using ReaderPtr = std::unique_ptr<tz_reader, decltype(&tz_reader_close)>;
+using ReaderPtr = std::unique_ptr<tz_reader, decltype(&tz_reader_free)>;
 using WriterPtr = std::unique_ptr<tz_writer, decltype(&tz_writer_free)>;
 
 OptionsPtr make_options(const std::optional<Key>& key,
@@ -211,6 +211,7 @@ struct Stored {
 std::optional<Stored> describe(tz_reader* reader, uint64_t index,
                                const std::function<bool(const std::string&)>& filter) {
   tz_tensor_info info{};
+  info.version = TZ_TENSOR_INFO_VERSION;
   check(tz_reader_tensor_info(&info, reader, index));
   Stored s;
   s.index = index;
@@ -236,7 +237,7 @@ std::optional<Stored> describe(tz_reader* reader, uint64_t index,
 }
 
 struct ReaderSession {
-  ReaderPtr reader{nullptr, tz_reader_close};
+  ReaderPtr reader{nullptr, tz_reader_free};
   uint64_t count = 0;
 };
 
@@ -286,7 +287,7 @@ void run_jobs(tz_reader* reader, std::vector<ReadJob>& jobs, const LoadOptions& 
     for (; end < jobs.size(); ++end) {
       ReadJob& job = jobs[end];
       if (job.direct) {
-        requests.push_back({job.index, dst_pointer(job.dst), job.nbytes});
+        requests.push_back({TZ_READ_REQUEST_VERSION, job.index, dst_pointer(job.dst), job.nbytes});
         continue;
       }
       // Bounded staging: a batch holds at least one tensor, however large.
@@ -294,7 +295,7 @@ void run_jobs(tz_reader* reader, std::vector<ReadJob>& jobs, const LoadOptions& 
       staged_bytes += job.nbytes;
       const bool pin = job.dst.is_cuda();
       at::Tensor host = at::empty(job.dst.sizes(), at::TensorOptions().dtype(job.dst.scalar_type()).pinned_memory(pin));
-      requests.push_back({job.index, dst_pointer(host), job.nbytes});
+      requests.push_back({TZ_READ_REQUEST_VERSION, job.index, dst_pointer(host), job.nbytes});
       staged.emplace_back(end, std::move(host));
     }
     check(tz_reader_read_batch(reader, requests.data(), requests.size(), flags, o.num_readers, nullptr));
@@ -575,6 +576,7 @@ void save(const std::string& uri, const std::vector<Record>& records, const Save
   for (size_t k = 0; k < records.size(); ++k) {
     const Prepared& p = prepared[k];
     tz_tensor_desc& d = descs[k];
+    d.version = TZ_TENSOR_DESC_VERSION;
     d.name = reinterpret_cast<const uint8_t*>(p.name.data());
     d.name_len = p.name.size();
     d.dtype = p.dtype.data();
@@ -647,6 +649,7 @@ std::vector<Record> load(const std::string& uri, const LoadOptions& options) {
   out.reserve(jobs.size());
   for (size_t k = 0; k < jobs.size(); ++k) {
     tz_tensor_info info{};
+    info.version = TZ_TENSOR_INFO_VERSION;
     check(tz_reader_tensor_info(&info, s.reader.get(), jobs[k].index));  // module_index is known once read
     Stored& st = selected[k];
     out.push_back({std::move(st.name), std::move(st.path), st.type, uint16_t(std::max(info.module_index, 0)),

@@ -245,10 +245,11 @@ std::vector<std::string> stored_dtypes(const std::string& path) {
   std::vector<std::string> out;
   for (uint64_t i = 0; i < n; ++i) {
     tz_tensor_info info{};
+    info.version = TZ_TENSOR_INFO_VERSION;
     REQUIRE(tz_reader_tensor_info(&info, r, i) == TZ_OK);
     out.emplace_back(info.dtype, info.dtype_len);
   }
-  tz_reader_close(r);
+  tz_reader_free(r);
   return out;
 }
 
