@@ -10,7 +10,7 @@ complete, so a failure leaves the destination untouched.
 """
 
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 from . import _native
 from ._crypt import DecryptionParams, EncryptionParams
@@ -41,8 +41,12 @@ def rewrite(
     decryption: Optional[DecryptionParams] = None,
     encryption: Optional[EncryptionParams] = None,
     overwrite: bool = False,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> int:
-    """Copies ``src`` to ``dst``; returns the number of tensors copied."""
+    """Copies ``src`` to ``dst``; returns the number of tensors copied.
+
+    ``progress``, if given, is called as ``progress(bytes_done, bytes_total)``
+    (tensor data read) before the first batch and after each one."""
     lib = _native.lib
     if os.path.exists(dst) and not overwrite:
         raise FileExistsError(f"{dst} exists (use --force to replace it)")
@@ -51,6 +55,7 @@ def rewrite(
     _native.check(lib.tz_reader_tensor_count(count_p, reader))
     count = int(count_p[0])
     _native.check(lib.tz_reader_load_headers(reader, ffi.NULL, 0))
+    done_after = _data_offsets(reader, count) if progress is not None else []
 
     tmp = f"{dst}.tmp-{os.getpid()}"
     write_opts = _options(encryption._native_key() if encryption else None)
@@ -59,8 +64,12 @@ def rewrite(
     writer = writer_p[0]
     try:
         index = 0
+        if progress is not None:
+            progress(0, done_after[count])
         while index < count:
             index = _copy_batch(reader, writer, index, count)
+            if progress is not None:
+                progress(done_after[index], done_after[count])
         _native.check(lib.tz_writer_close(writer))
         os.replace(tmp, dst)
     except BaseException:
@@ -72,6 +81,17 @@ def rewrite(
     finally:
         lib.tz_writer_free(writer)
     return count
+
+
+def _data_offsets(reader, count: int) -> list:
+    """Bytes of tensor data before each tensor index (and in all, at ``count``)."""
+    lib = _native.lib
+    info = ffi.new("tz_tensor_info *")
+    offsets = [0]
+    for i in range(count):
+        _native.check(lib.tz_reader_tensor_info(info, reader, i))
+        offsets.append(offsets[-1] + (0 if info.is_meta else int(info.nbytes)))
+    return offsets
 
 
 def _copy_batch(reader, writer, start: int, count: int) -> int:

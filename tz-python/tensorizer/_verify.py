@@ -11,7 +11,7 @@ header, a truncated file) ends the check.
 
 import dataclasses
 import os
-from typing import List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 from . import _native, stream_io
 from ._crypt import DecryptionParams
@@ -29,6 +29,7 @@ class VerifyReport:
     tensors: int = 0  # tensors checked
     bytes: int = 0  # bytes of tensor data read
     failures: List[str] = dataclasses.field(default_factory=list)  # one message per bad tensor
+    bad: List[int] = dataclasses.field(default_factory=list)  # their indices, in the same order
 
     @property
     def ok(self) -> bool:
@@ -66,8 +67,12 @@ def verify_file(
     src: Union[str, os.PathLike],
     decryption: Optional[DecryptionParams] = None,
     num_threads: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> VerifyReport:
-    """Reads every tensor of `src` with hash verification; see the module doc."""
+    """Reads every tensor of `src` with hash verification; see the module doc.
+
+    `progress`, if given, is called as ``progress(bytes_done, bytes_total)``
+    before the first batch and after each one."""
     lib = _native.lib
     reader = open_native_reader(src, decryption)
     count_p = ffi.new("uint64_t *")
@@ -84,12 +89,15 @@ def verify_file(
     for i, m in enumerate(meta):
         if m:
             # No data stored: the hashes cover the header; nothing to read.
-            _check_one(lib.tz_reader_verify_bytes(reader, i, ffi.NULL, 0), report)
+            _check_one(lib.tz_reader_verify_bytes(reader, i, ffi.NULL, 0), report, i)
             report.tensors += 1
     # One buffer for every batch: a batch is at most _BATCH_BYTES, or one
     # larger tensor (bounded by the file, as the reader checked).
     largest = max((sizes[i] for i in stored), default=0)
-    buffer = _scratch("uint8_t[]", max(largest, min(_BATCH_BYTES, sum(sizes[i] for i in stored)), 1))
+    stored_bytes = sum(sizes[i] for i in stored)
+    buffer = _scratch("uint8_t[]", max(largest, min(_BATCH_BYTES, stored_bytes), 1))
+    if progress is not None:
+        progress(0, stored_bytes)
     k = 0
     while k < len(stored):
         batch, total = [], 0
@@ -100,12 +108,15 @@ def verify_file(
         _verify_batch(reader, buffer, sizes, batch, num_threads, report)
         report.tensors += len(batch)
         report.bytes += total
+        if progress is not None:
+            progress(report.bytes, stored_bytes)
     return report
 
 
-def _check_one(rc: int, report: VerifyReport) -> None:
+def _check_one(rc: int, report: VerifyReport, index: int) -> None:
     if rc in (_native.lib.TZ_E_HASH, _native.lib.TZ_E_CRYPTO):
         report.failures.append(_native.error_message())
+        report.bad.append(index)
     elif rc != 0:
         _native.raise_error(rc)
 
@@ -130,4 +141,5 @@ def _verify_batch(reader, buffer, sizes, batch, num_threads: int, report: Verify
         _check_one(
             lib.tz_reader_read_batch(reader, requests + k, 1, lib.TZ_READ_VERIFY_HASH, num_threads, ffi.NULL),
             report,
+            batch[k],
         )
