@@ -8,6 +8,7 @@ API-compatible with the Python tensorizer 2.12.1 package.
 from ._install import check_no_upstream as _check_no_upstream
 
 _check_no_upstream(__path__[0])
+__distribution__ = "tensorizer-native"  # see _install.check_package_is_ours
 
 from . import serialization, stream_io, torch_compat, utils  # noqa: E402
 from ._version import __version__  # noqa: E402

@@ -44,9 +44,15 @@ import os
 import sys
 from typing import List, Optional
 
-from . import DecryptionParams, EncryptionParams, _crypt
-from ._progress import Progress
-from ._rewrite import rewrite
+import tensorizer as _package
+
+from . import _install
+
+_install.check_package_is_ours(_package)
+
+from . import DecryptionParams, EncryptionParams, _crypt  # noqa: E402
+from ._progress import Progress  # noqa: E402
+from ._rewrite import rewrite  # noqa: E402
 
 PROG = "tensorizer"
 

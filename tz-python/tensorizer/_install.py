@@ -56,3 +56,15 @@ def check_no_upstream(package_dir: str) -> None:
         f" Keep one: {fix_command()}"
         f" (or set {_ALLOW_ENV}=1 to import anyway)."
     )
+
+
+def check_package_is_ours(package) -> None:
+    """For entry points this distribution installs (``tensorizer`` command):
+    refuse to run on a ``tensorizer`` package that upstream's distribution
+    overwrote, which still has this module but not our ``__init__``."""
+    if getattr(package, "__distribution__", None) != DISTRIBUTION:
+        raise ConflictingInstallError(
+            f"the tensorizer package in {os.path.dirname(package.__file__)} is not"
+            f" {DISTRIBUTION}'s: upstream {UPSTREAM_DISTRIBUTION} was installed over it."
+            f" Keep one: {fix_command()}"
+        )

@@ -86,7 +86,7 @@ def rewrite(
 def _data_offsets(reader, count: int) -> list:
     """Bytes of tensor data before each tensor index (and in all, at ``count``)."""
     lib = _native.lib
-    info = ffi.new("tz_tensor_info *")
+    info = ffi.new("tz_tensor_info *", {"version": lib.TZ_TENSOR_INFO_VERSION})
     offsets = [0]
     for i in range(count):
         _native.check(lib.tz_reader_tensor_info(info, reader, i))

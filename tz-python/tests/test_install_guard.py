@@ -55,3 +55,15 @@ def test_this_checkout_imports_without_a_conflict():
 
     assert _install._upstream_in(tensorizer.__path__[0]) is None
     assert "tensorizer" in sys.modules
+
+
+def test_the_command_refuses_a_package_upstream_overwrote():
+    import types
+
+    overwritten = types.ModuleType("tensorizer")
+    overwritten.__file__ = "/site/tensorizer/__init__.py"
+    with pytest.raises(_install.ConflictingInstallError, match="installed over it"):
+        _install.check_package_is_ours(overwritten)
+    import tensorizer
+
+    _install.check_package_is_ours(tensorizer)
