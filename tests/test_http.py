@@ -254,6 +254,12 @@ def test_https_verification_failure(site, monkeypatch):
     url = site["nginx"].url("plain.tensors", tls=True)
     with pytest.raises(OSError, match="(?i)certificate"):
         TensorDeserializer(url)
+    # The wording upstream's suite matches, after the clear native message;
+    # and a certificate failure is final: one attempt, no backoff.
+    with pytest.raises(OSError) as ei:
+        stream_io.open_stream(url, "rb")
+    assert "cURL exit code 60" in str(ei.value)
+    assert "Giving up" not in str(ei.value)
 
 
 def test_not_found_names_the_url_without_its_query(site):

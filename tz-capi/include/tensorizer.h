@@ -137,13 +137,20 @@ TZ_API const char *tz_status_name(int status);
  * Keys for remote storage, accepted by readers, sources, writers and sinks
  * (each applies where the URI's scheme uses it):
  *   http(s):// and s3:// (ranged GETs, one connection per thread, redirects
- *   followed; transient failures retried with backoff, resuming at the first
- *   missing byte; other 4xx fail at once):
+ *   followed; transient failures (connection errors, timeouts, stalls, 5xx,
+ *   408, 429) retried with backoff, resuming at the first missing byte;
+ *   other failures, 4xx and certificate errors among them, fail at once; a
+ *   host name that does not resolve is tried twice in all. Retries stop at
+ *   whichever limit comes first: http_max_attempts failures in a row, or a
+ *   streak of failures lasting http_retry_timeout_ms. Bytes arriving end a
+ *   streak. libcurl errors name their "cURL exit code"):
  *   "tls_verify"   "0" to skip TLS certificate checks ("1")
  *   "ca_file", "ca_dir"  CA bundle / hashed CA directory to trust (system's)
  *   "http_headers" extra request headers, one "Name: value" per line
  *   "http_max_attempts"  failed attempts in a row before giving up (8)
  *   "http_backoff_ms"    first retry delay, doubled each time up to 3 s (100)
+ *   "http_retry_timeout_ms"  how long failures in a row may go on before
+ *                  giving up (30000)
  *   "http_connect_timeout_ms"  connection timeout (10000); also the
  *                  connection timeout of redis:// sources
  *   "http_stall_timeout_ms" (20000: a transfer that delivers nothing for this

@@ -140,6 +140,7 @@ bool apply_http_option(const std::shared_ptr<tz::io::HttpOptions>& http, const s
     }
   } else if (k == "http_max_attempts") http->max_attempts = unsigned(parse_u64(k, v, 1, 1000));
   else if (k == "http_backoff_ms") http->backoff_ms = unsigned(parse_u64(k, v, 1, 3600000));
+  else if (k == "http_retry_timeout_ms") http->retry_timeout_ms = unsigned(parse_u64(k, v, 1, 86400000));
   else if (k == "http_connect_timeout_ms") http->connect_timeout_ms = unsigned(parse_u64(k, v, 1, 3600000));
   else if (k == "http_stall_timeout_ms") http->stall_timeout_ms = unsigned(parse_u64(k, v, 1, 3600000));
   else return false;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "curl_options.hpp"
+#include "retry.hpp"
 #include "tz/format/error.hpp"
 
 namespace tz::io {
@@ -305,26 +306,6 @@ int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return stream->closing ? 1 : 0;
 }
 
-bool transient(CURLcode rc) {
-  switch (rc) {
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_WEIRD_SERVER_REPLY:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool transient_status(long status) { return status >= 500 || status == 408 || status == 429; }
 
 }  // namespace
 
@@ -603,12 +584,14 @@ HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& curs
     return a;
   }
   if (rc != CURLE_OK && rc != CURLE_WRITE_ERROR) {
-    a.retryable = transient(rc);
-    a.error = std::string(curl_easy_strerror(rc)) + (h->errbuf[0] ? std::string(": ") + h->errbuf : "");
+    const Failure kind = classify(rc);
+    a.retryable = kind != Failure::permanent;
+    a.name_resolution = kind == Failure::name_resolution;
+    a.error = describe_curl_error(rc, h->errbuf);
     return a;
   }
   if (t.status >= 400 || (t.status != 206 && t.status != 200)) {
-    a.retryable = transient_status(t.status);
+    a.retryable = classify_status(t.status) == Failure::transient;
     a.error = "HTTP status " + std::to_string(t.status);
     return a;
   }
@@ -619,9 +602,7 @@ HttpSource::Attempt HttpSource::attempt(Handle* h, uint64_t offset, Cursor& curs
 }
 
 void HttpSource::fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_size, const Attempt* first) {
-  unsigned failures = 0;
-  unsigned delay = options_.backoff_ms;
-  std::minstd_rand jitter(std::random_device{}());
+  RetryStreak retry(options_);
   while (len > 0) {
     Attempt a;
     if (first) {
@@ -644,8 +625,13 @@ void HttpSource::fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_s
     if (size_known_ && offset + len > size_) len = size_t(size_ > offset ? size_ - offset : 0);
     if (len == 0) return;
     probe_size = probe_size && a.received == 0;
-    if (!a.retryable) {
+    const Failure kind = !a.retryable ? Failure::permanent
+                         : a.name_resolution ? Failure::name_resolution
+                                             : Failure::transient;
+    // Progress ends the streak: only failures in a row give up.
+    if (!retry.again(kind, a.received > 0)) {
       const std::string where = " (GET " + redact_url(url_) + ")";
+      if (kind != Failure::permanent) fail(Errc::io, retry.stop_reason() + ": " + a.error + where);
       if (a.status == 404 || a.status == 410) fail(Errc::not_found, "Not found: HTTP " + std::to_string(a.status) + where);
       if (a.status == 401 || a.status == 403) {
         fail(Errc::io, "Access denied: HTTP " + std::to_string(a.status) + where);
@@ -653,15 +639,7 @@ void HttpSource::fetch(uint64_t offset, Cursor& cursor, size_t len, bool probe_s
       if (a.status == 416 && probe_size) fail(Errc::truncated, "Empty or unreadable object" + where);
       fail(Errc::io, a.error + where);
     }
-    // Progress resets the count: only failures in a row give up.
-    failures = a.received > 0 ? 1 : failures + 1;
-    if (failures >= options_.max_attempts) {
-      fail(Errc::io, "Giving up after " + std::to_string(failures) + " failed attempts: " + a.error + " (GET " +
-                         redact_url(url_) + ")");
-    }
-    const unsigned wait = delay + unsigned(jitter() % (delay / 2 + 1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(wait));
-    delay = std::min(delay * 2, 3000u);
+    retry.wait();
   }
 }
 

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "curl_options.hpp"
+#include "retry.hpp"
 #include "tz/format/error.hpp"
 
 namespace tz::io {
@@ -488,8 +489,8 @@ class S3Sink final : public Sink {
 
   // One signed request with a body, retried on transient failures.
   Response call(const std::string& method, const std::string& query, const void* body, size_t body_len) {
-    unsigned delay = http_.backoff_ms;
-    for (unsigned attempt = 1;; ++attempt) {
+    RetryStreak retry(http_);
+    for (;;) {
       Response r;
       CURL* c = curl_easy_init();
       if (!c) fail(Errc::nomem, "libcurl could not create a handle");
@@ -533,19 +534,19 @@ class S3Sink final : public Sink {
       curl_easy_setopt(c, CURLOPT_HTTPHEADER, cleanup.h);
       const CURLcode rc = curl_easy_perform(c);
       curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
-      const bool transient = rc != CURLE_OK || r.status >= 500 || r.status == 429 || r.status == 408;
-      if (!transient && r.status >= 200 && r.status < 300) return r;
-      const std::string where = " (" + method + " " + describe() + ")";
-      if (!transient || attempt >= http_.max_attempts) {
-        const std::string why = rc != CURLE_OK ? std::string(curl_easy_strerror(rc))
+      if (rc == CURLE_OK && r.status >= 200 && r.status < 300) return r;
+      const Failure kind = rc != CURLE_OK ? classify(rc) : classify_status(r.status);
+      if (!retry.again(kind, false)) {
+        const std::string where = " (" + method + " " + describe() + ")";
+        const std::string why = rc != CURLE_OK ? describe_curl_error(rc, nullptr)
                                                : "HTTP " + std::to_string(r.status) + " " +
                                                      xml_value(r.body, "Code") + " " + xml_value(r.body, "Message");
+        const std::string gave_up = retry.stop_reason().empty() ? "" : retry.stop_reason() + ": ";
         if (r.status == 404) fail(Errc::not_found, "Not found: " + why + where);
         if (r.status == 401 || r.status == 403) fail(Errc::io, "Access denied: " + why + where);
-        fail(Errc::io, "S3 request failed: " + why + where);
+        fail(Errc::io, "S3 request failed: " + gave_up + why + where);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-      delay = std::min(delay * 2, 3000u);
+      retry.wait();
     }
   }
 

@@ -45,3 +45,35 @@ TEST_CASE("a server that is not there fails within a bounded time with a clear e
     CHECK(msg.find("secret") == std::string::npos);
   }
 }
+
+TEST_CASE("a host name that does not resolve is tried twice, not max_attempts times") {
+  HttpOptions o;
+  o.backoff_ms = 1;
+  o.max_attempts = 50;
+  try {
+    HttpSource s("http://no-such-host.invalid/x.tensors", o);  // .invalid never resolves (RFC 6761)
+    FAIL("expected an error");
+  } catch (const tz::Error& e) {
+    const std::string msg = e.what();
+    CHECK(e.code() == tz::Errc::io);
+    CHECK(msg.find("Giving up after 2 failed attempts") != std::string::npos);
+    CHECK(msg.find("cURL exit code 6") != std::string::npos);
+  }
+}
+
+TEST_CASE("a streak of failures ends once it has lasted http_retry_timeout_ms") {
+  HttpOptions o;
+  o.backoff_ms = 20;
+  o.max_attempts = 1000;  // never the limit here
+  o.retry_timeout_ms = 300;
+  try {
+    HttpSource s("http://127.0.0.1:9/x.tensors", o);  // discard port: refused at once
+    FAIL("expected an error");
+  } catch (const tz::Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("http_retry_timeout_ms 300") != std::string::npos);
+    CHECK(msg.find("Giving up after 1000") == std::string::npos);
+    CHECK(msg.find("cURL exit code 7") != std::string::npos);
+  }
+}
+

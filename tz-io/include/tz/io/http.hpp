@@ -29,6 +29,7 @@ struct HttpOptions {
   unsigned connect_timeout_ms = 10000;
   unsigned stall_timeout_ms = 20000;  // no byte for this long: retry
   unsigned backoff_ms = 100;          // first retry delay; doubles, capped at 3 s
+  unsigned retry_timeout_ms = 30000;  // a streak of failures in a row ends after this long
   // Per-request headers (e.g. an S3 signature, which carries the time).
   std::function<std::vector<std::string>()> sign;
 };
@@ -75,6 +76,7 @@ class HttpSource final : public Source {
     size_t received = 0;
     bool done = false;
     bool retryable = false;
+    bool name_resolution = false;  // the host name did not resolve (see retry.hpp)
     std::string error;
     long status = 0;
   };
