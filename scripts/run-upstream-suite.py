@@ -242,13 +242,20 @@ def main():
         if tid in EXCLUDED:
             u = o = "excluded"
         else:
-            u = up.get(tid, "missing") if "upstream" in results else "-"
-            o = ours.get(tid, "missing") if "ours" in results else "-"
+            file = tid.split("::", 1)[0]
+
+            def outcome(label, res):
+                if label not in results:
+                    return "-"
+                if tid in res:
+                    return res[tid]
+                # Not reported: its file failed to import, or crashed.
+                return "coll.err" if res.get(f"{file}::<collection>") else "missing"
+
+            u, o = outcome("upstream", up), outcome("ours", ours)
             if tid.endswith("::<collection>"):
-                if u == "missing":
-                    u = "ok"
-                if o == "missing":
-                    o = "ok"
+                u = "ok" if u in ("coll.err", "missing") else u
+                o = "ok" if o in ("coll.err", "missing") else o
         note = ""
         if tid in EXCLUDED:
             note = EXCLUDED[tid]
