@@ -5,7 +5,7 @@ JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE   ?= cmake
 LIBFILE := build/tz-capi/libtensorizer.so.0
 
-.PHONY: all setup upstream build python wheel test test-cpp test-asan test-python test-wheel abi-check abi-baseline demo bench clean
+.PHONY: all setup upstream build python wheel test test-cpp test-asan test-python test-wheel test-upstream-suite abi-check abi-baseline demo bench clean
 
 all: build
 
@@ -70,7 +70,16 @@ test-asan: setup
 test-python: build upstream
 	TZ_REQUIRE_UPSTREAM=1 $(PY) -m pytest -q tz-python/tests tests --ignore=tests/packaging
 
-test: abi-check test-cpp test-asan test-python test-wheel
+# Upstream tensorizer 2.12.1's own test suite (from its sdist, fetched into
+# build/upstream-suite/, never committed), run against upstream itself
+# (.venv-upstream) and against ours (.venv), with an offline stand-in for the
+# model it loads; prints test | upstream | ours and fails when a test that
+# passes with upstream does not pass with ours (see README.md for exceptions).
+test-upstream-suite: build upstream
+	bash scripts/setup-upstream-suite.sh
+	$(PY) scripts/run-upstream-suite.py
+
+test: abi-check test-cpp test-asan test-python test-wheel test-upstream-suite
 
 demo: build
 	$(PY) demo/demo.py
