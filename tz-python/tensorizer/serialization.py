@@ -46,6 +46,7 @@ import torch
 import tensorizer._crypt as _crypt
 from tensorizer._crypt import DecryptionParams, EncryptionParams
 import tensorizer._dtypes as _dtypes
+import tensorizer._syscalls as _syscalls
 import tensorizer._tensor_path as _tensor_path
 import tensorizer.stream_io as stream_io
 import tensorizer.utils as utils
@@ -315,27 +316,6 @@ def _file_fd(file_obj) -> Optional[int]:
     return fd
 
 
-_fallocate = None
-_fallocate_checked = False
-
-
-def _libc_fallocate():
-    global _fallocate, _fallocate_checked
-    if not _fallocate_checked:
-        _fallocate_checked = True
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            f = libc.fallocate
-            f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            f.restype = ctypes.c_int
-            _fallocate = f
-        except (OSError, AttributeError):
-            _fallocate = None
-    return _fallocate
-
-
 class _AnonymousFile:
     """An anonymous in-memory file (memfd) reachable through a path."""
 
@@ -384,13 +364,15 @@ class _AnonymousFile:
         Free the memory behind byte ranges ``(offset, length)`` by punching
         holes (they then read as zeros). Best effort; returns success.
         """
-        fallocate = _libc_fallocate()
-        if fallocate is None or self.fd is None:
+        if not _syscalls.has_fallocate() or self.fd is None:
             return False
         mode = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-        for offset, length in ranges:
-            if length > 0 and fallocate(self.fd, mode, offset, length) != 0:
-                return False
+        try:
+            for offset, length in ranges:
+                if length > 0:
+                    _syscalls.fallocate(self.fd, mode, offset, length)
+        except OSError:
+            return False
         return True
 
     def read_into_file(self, dst, begin: int, end: int, dst_base: int) -> None:
