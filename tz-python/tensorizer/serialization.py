@@ -641,6 +641,7 @@ class TensorDeserializer(
         self._last_yielded: int = -1
         self._bytes_read_hint: int = 0
         self._eager_loaded = False
+        self._remote = False
         self.total_compressed_tensor_bytes = 0
         self.read_bytes = 0
 
@@ -704,6 +705,7 @@ class TensorDeserializer(
         # Source
         self._source_options: Optional[Dict[str, str]] = None
         path, reopenable = self._open_source(file_obj)
+        self._remote = stream_io.http_url(path) is not None
 
         lib = _native.lib
         out = ffi.new("tz_reader **")
@@ -913,6 +915,12 @@ class TensorDeserializer(
 
     @property
     def total_bytes_read(self) -> int:
+        # From http(s), s3 and redis, upstream counts what its stream fetched
+        # (header, metadata and the tensors read so far), closed or not; we
+        # track the same extent. Local files: the tensors' bytes once all are
+        # in, as upstream.
+        if self._remote:
+            return self._bytes_read_hint
         if self._closed or self._eager_loaded:
             return self.total_tensor_bytes
         return self._bytes_read_hint

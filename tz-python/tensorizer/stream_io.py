@@ -834,6 +834,16 @@ class RedisStreamFile(_RemoteReader):
         _require_scheme(uri, ("redis",), "RedisStreamFile")
         super().__init__(uri, {}, begin, end, buffer_size)
 
+    def read(self, size: Optional[int] = -1) -> bytearray:
+        """Up to `size` bytes (all that is left if negative or None), as a
+        bytearray, like upstream's RedisStreamFile."""
+        if size is None or size < 0:
+            size = max(0, self.raw._end - self.tell())
+        out = bytearray(size)
+        n = self.readinto(out)
+        del out[n:]
+        return out
+
 
 def _explicit_s3_options(
     uri: str,
