@@ -119,3 +119,26 @@ def test_serializer_write_loops_over_short_writes(tmp_path):
         s._release(close_file=False)
     with TensorSerializer(tmp_path / "p.tensors") as s2, pytest.raises(io.UnsupportedOperation):
         s2._write(b"x")
+
+
+def test_a_patched_tensor_hash_does_not_change_native_verification(tmp_path, monkeypatch):
+    # Documented in the README: hashes are checked natively, so upstream's
+    # test double (every stored hash zeroed) has no effect; real corruption
+    # is still a HashMismatchError.
+    sd = {"w": torch.arange(1000, dtype=torch.int32)}
+    path = _file(tmp_path, sd)
+
+    def zeroed(*args, **kwargs):
+        h = TensorHash(*args, **kwargs)
+        h.hash = bytes(len(h.hash))
+        return h
+
+    monkeypatch.setattr(serialization, "TensorHash", zeroed)
+    with TensorDeserializer(path, verify_hash=True) as t:
+        assert torch.equal(t["w"], sd["w"])
+    data = bytearray(path.read_bytes())
+    at = bytes(data).rfind(sd["w"].numpy().tobytes())
+    data[at + 40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(HashMismatchError):
+        TensorDeserializer(path, verify_hash=True).close()
