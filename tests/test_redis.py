@@ -101,6 +101,35 @@ def test_to_redis_then_load(tmp_path, redis_server, encrypted):
         stream_io.RedisStreamFile("http://localhost/x")
 
 
+def test_reads_are_bytearrays_and_bytes_read_counts_the_transfer(tmp_path, redis_server):
+    sd = {"a": torch.randn(256, 256), "b": torch.arange(10)}
+    path = tmp_path / "c.tensors"
+    with TensorSerializer(path) as s:
+        s.write_state_dict(sd)
+    with TensorDeserializer(path, lazy_load=True) as t:
+        t.to_redis(redis_server.client(), "counted")
+    data = path.read_bytes()
+    with stream_io.open_stream(redis_server.uri("counted")) as f:
+        head = f.read(5)
+        rest = f.read()
+        assert type(head) is bytearray and type(rest) is bytearray  # as upstream's stream
+        # (to_redis leaves out the padding at the end of the file)
+        assert data.startswith(head + rest) and len(head + rest) > len(data) - 64 and f.read() == bytearray()
+    # Upstream counts what came from Redis: header, metadata and all tensors
+    # (about the whole file), not only the tensors' bytes as for a local file.
+    with TensorDeserializer(path) as t:
+        assert t.total_bytes_read == t.total_tensor_bytes
+    t = TensorDeserializer(redis_server.uri("counted"))
+    assert t.total_tensor_bytes < len(data) - 4096 < t.total_bytes_read <= len(data)
+    t.close()
+    assert t.total_bytes_read > len(data) - 4096
+    with TensorDeserializer(redis_server.uri("counted"), lazy_load=True) as t:
+        before = t.total_bytes_read
+        assert before < t.total_tensor_bytes
+        t["a"]
+        assert t.total_bytes_read > before + 256 * 256 * 4 - 1
+
+
 def test_pipelined_reads_beyond_the_window(tmp_path, redis_server):
     # 60 MiB in 61 tensors on one reader: the GETRANGEs of one request run
     # ahead of their replies in windows of 32 MiB.

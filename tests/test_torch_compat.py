@@ -14,6 +14,7 @@ against upstream with TZ_TEST_IMPL=upstream).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import json
 import logging
@@ -31,6 +32,7 @@ import torch
 
 import tensorizer
 from tensorizer import DecryptionParams, EncryptionParams, TensorDeserializer, TensorSerializer
+from tensorizer import torch_compat
 from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
 
 ORIGINAL_SAVE = torch.save
@@ -122,6 +124,23 @@ def test_importable_as_submodule():
     assert tensorizer.torch_compat is tc
     assert "torch_compat" in tensorizer.__all__
     assert set(tc.__all__) == {"tensorizer_saving", "tensorizer_loading"}
+
+
+def _parameters(fn):
+    return [(p.name, p.default) for p in inspect.signature(fn, follow_wrapped=False).parameters.values()]
+
+
+def test_wrappers_show_torchs_signatures():
+    # Code that inspects torch.save / torch.load (as upstream's tests do) sees
+    # the same parameters and defaults inside the contexts as outside.
+    save, load = _parameters(ORIGINAL_SAVE), _parameters(ORIGINAL_LOAD)
+    assert save[:3] == [("obj", inspect.Parameter.empty), ("f", inspect.Parameter.empty), ("pickle_module", pickle)]
+    assert load[:3] == [("f", inspect.Parameter.empty), ("map_location", None),
+                        ("pickle_module", torch_compat._LOAD_WRAPPER_DEFAULT_MODULE)]
+    with tensorizer_saving(), tensorizer_loading():
+        assert torch.save is not ORIGINAL_SAVE and torch.load is not ORIGINAL_LOAD
+        assert _parameters(torch.save) == save
+        assert _parameters(torch.load) == load
 
 
 def test_patches_only_while_active(tmp_path):

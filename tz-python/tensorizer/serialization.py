@@ -24,8 +24,10 @@ import stat
 import struct
 import tempfile
 import threading
+import time
 import types
 import typing
+import zlib
 from enum import IntEnum
 from typing import (
     Any,
@@ -46,6 +48,7 @@ import torch
 import tensorizer._crypt as _crypt
 from tensorizer._crypt import DecryptionParams, EncryptionParams
 import tensorizer._dtypes as _dtypes
+import tensorizer._syscalls as _syscalls
 import tensorizer._tensor_path as _tensor_path
 import tensorizer.stream_io as stream_io
 import tensorizer.utils as utils
@@ -199,6 +202,48 @@ class HashMismatchError(Exception):
     pass
 
 
+@dataclasses.dataclass
+class _PerfStats:
+    """Time and bytes spent reading tensor data and moving tensors to their
+    device, summed over all deserializers (upstream's private counters)."""
+
+    file_readinto_ns: int = 0
+    file_readinto_bytes: int = 0
+    tensor_to_device_ns: int = 0
+    tensor_to_device_bytes: int = 0
+    lock: threading.Lock = dataclasses.field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
+
+    def add(self, **amounts: int) -> None:
+        with self.lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+
+# Off unless TENSORIZER_ENABLE_PERF_STATS is set when tensorizer is imported,
+# as upstream; readers look _perf_stats up at each load, so assigning a
+# _PerfStats() to it turns counting on later.
+_enable_perf_stats: bool = bool(os.environ.get("TENSORIZER_ENABLE_PERF_STATS"))
+_perf_stats: Optional[_PerfStats] = _PerfStats() if _enable_perf_stats else None
+
+
+def _get_perf_stats() -> Dict[str, Union[int, float]]:
+    """The counters so far: seconds and bytes of reads of tensor data
+    (``file_readinto_*``) and of copies to another device
+    (``tensor_to_device_*``). RuntimeError when counting is off."""
+    stats = _perf_stats
+    if stats is None:
+        raise RuntimeError("Performance stats are not enabled")
+    with stats.lock:
+        return dict(
+            tensor_to_device_secs=stats.tensor_to_device_ns * 1e-9,
+            tensor_to_device_bytes=stats.tensor_to_device_bytes,
+            file_readinto_secs=stats.file_readinto_ns * 1e-9,
+            file_readinto_bytes=stats.file_readinto_bytes,
+        )
+
+
 # ----------------------------------------------------------------------------
 # Helpers
 # ----------------------------------------------------------------------------
@@ -315,27 +360,6 @@ def _file_fd(file_obj) -> Optional[int]:
     return fd
 
 
-_fallocate = None
-_fallocate_checked = False
-
-
-def _libc_fallocate():
-    global _fallocate, _fallocate_checked
-    if not _fallocate_checked:
-        _fallocate_checked = True
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            f = libc.fallocate
-            f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            f.restype = ctypes.c_int
-            _fallocate = f
-        except (OSError, AttributeError):
-            _fallocate = None
-    return _fallocate
-
-
 class _AnonymousFile:
     """An anonymous in-memory file (memfd) reachable through a path."""
 
@@ -384,13 +408,15 @@ class _AnonymousFile:
         Free the memory behind byte ranges ``(offset, length)`` by punching
         holes (they then read as zeros). Best effort; returns success.
         """
-        fallocate = _libc_fallocate()
-        if fallocate is None or self.fd is None:
+        if not _syscalls.has_fallocate() or self.fd is None:
             return False
         mode = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-        for offset, length in ranges:
-            if length > 0 and fallocate(self.fd, mode, offset, length) != 0:
-                return False
+        try:
+            for offset, length in ranges:
+                if length > 0:
+                    _syscalls.fallocate(self.fd, mode, offset, length)
+        except OSError:
+            return False
         return True
 
     def read_into_file(self, dst, begin: int, end: int, dst_base: int) -> None:
@@ -659,6 +685,7 @@ class TensorDeserializer(
         self._last_yielded: int = -1
         self._bytes_read_hint: int = 0
         self._eager_loaded = False
+        self._remote = False
         self.total_compressed_tensor_bytes = 0
         self.read_bytes = 0
 
@@ -722,6 +749,7 @@ class TensorDeserializer(
         # Source
         self._source_options: Optional[Dict[str, str]] = None
         path, reopenable = self._open_source(file_obj)
+        self._remote = stream_io.http_url(path) is not None
 
         lib = _native.lib
         out = ffi.new("tz_reader **")
@@ -931,6 +959,12 @@ class TensorDeserializer(
 
     @property
     def total_bytes_read(self) -> int:
+        # From http(s), s3 and redis, upstream counts what its stream fetched
+        # (header, metadata and the tensors read so far), closed or not; we
+        # track the same extent. Local files: the tensors' bytes once all are
+        # in, as upstream.
+        if self._remote:
+            return self._bytes_read_hint
         if self._closed or self._eager_loaded:
             return self.total_tensor_bytes
         return self._bytes_read_hint
@@ -956,6 +990,8 @@ class TensorDeserializer(
         if count == 0:
             return
         failed = ffi.new("size_t *")
+        stats = _perf_stats
+        start = time.perf_counter_ns() if stats is not None else 0
         rc = _native.lib.tz_reader_read_batch(
             self._reader,
             requests,
@@ -966,6 +1002,11 @@ class TensorDeserializer(
         )
         if rc != 0:
             _native.raise_error(rc)
+        if stats is not None:
+            stats.add(
+                file_readinto_ns=time.perf_counter_ns() - start,
+                file_readinto_bytes=sum(requests[i].dst_size for i in range(count)),
+            )
 
     def _to_parameter(self, tensor: torch.Tensor) -> torch.nn.Parameter:
         dtype = tensor.dtype
@@ -976,7 +1017,15 @@ class TensorDeserializer(
         # requires_grad follows the stored dtype, before any cast
         gradient = dtype.is_complex or dtype.is_floating_point
         if target is not None or tensor.device != self._device:
+            stats = _perf_stats
+            moves = stats is not None and tensor.device != self._device
+            start = time.perf_counter_ns() if moves else 0
             tensor = tensor.to(device=self._device, dtype=target)
+            if moves:
+                stats.add(
+                    tensor_to_device_ns=time.perf_counter_ns() - start,
+                    tensor_to_device_bytes=tensor.untyped_storage().nbytes(),
+                )
         return _Parameter(tensor, requires_grad=gradient)
 
     def _allocate_cpu(self, e: _Entry) -> torch.Tensor:
@@ -1066,6 +1115,9 @@ class TensorDeserializer(
         buffers: List[Optional[torch.Tensor]] = [None, None]
         events: List[Optional[torch.cuda.Event]] = [None, None]
         copied: List[Tuple[_Entry, torch.Tensor]] = []
+        stats = _perf_stats
+        # (start, end) events around each group's copies, read when all are done
+        timings: List[Tuple[torch.cuda.Event, torch.cuda.Event]] = []
         try:
             for gi, group in enumerate(groups):
                 b = gi % 2
@@ -1084,6 +1136,9 @@ class TensorDeserializer(
                     reqs[i].dst = ffi.cast("void *", base + off) if e.nbytes else _EMPTY_PTR
                     reqs[i].dst_size = e.nbytes
                 self._read_batch(reqs, len(group), verify_hash)
+                if stats is not None:
+                    timings.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+                    timings[-1][0].record(stream)
                 for e, off in group:
                     d = e.decoded
                     if d.itemsize * _numel(e.shape) != e.nbytes:
@@ -1099,12 +1154,19 @@ class TensorDeserializer(
                         with torch.cuda.stream(stream):
                             dst_bytes.copy_(buf[off : off + e.nbytes], non_blocking=True)
                     copied.append((e, dst))
+                if stats is not None:
+                    timings[-1][1].record(stream)
                 ev = torch.cuda.Event()
                 ev.record(stream)
                 events[b] = ev
         finally:
             stream.synchronize()
         del buffers
+        if stats is not None:
+            stats.add(
+                tensor_to_device_ns=int(sum(a.elapsed_time(b) for a, b in timings) * 1e6),
+                tensor_to_device_bytes=sum(e.nbytes for e, _ in copied),
+            )
         # Casting (if any) on the caller's current stream
         return [(e, self._to_parameter(dst), False) for e, dst in copied]
 
@@ -1365,6 +1427,48 @@ class TensorDeserializer(
 
         self._close_source_file()
         return len(entries)
+
+    def _verify_hashes(
+        self,
+        name,
+        hashes: Iterable[TensorHash],
+        header_hashes: Dict[HashType, Any],
+        mv,
+    ) -> None:
+        """
+        Checks tensor data `mv` against `hashes` (upstream's helper, for
+        callers that hold the stored hashes themselves; loads check hashes
+        natively). `header_hashes` maps each hash type to its running value
+        over the tensor's header: a CRC32 int, or a hashlib sha256 object
+        (copied, not changed). A tensor stored without data (meta) is checked
+        as empty. Raises HashMismatchError naming the tensor, or ValueError
+        for an unknown hash type.
+        """
+        entry = self._by_path.get(name) if isinstance(name, tuple) else None
+        if entry is None:
+            entry = next((e for e in self._entries if e.name == name), None)
+        if entry is not None and entry.data_length == 0:
+            mv = b""
+        for tensor_hash in hashes:
+            kind, expected = tensor_hash.type, tensor_hash.hash
+            if kind == HashType.CRC32:
+                got = zlib.crc32(mv, header_hashes[kind])
+                want = int.from_bytes(expected, "little")
+                if got != want:
+                    raise HashMismatchError(
+                        f"Tensor {name!r} failed CRC32 verification. Expected {want}, got {got}."
+                    )
+            elif kind == HashType.SHA256:
+                sha = header_hashes[kind].copy()
+                sha.update(mv)
+                digest = sha.digest()
+                if digest != expected:
+                    raise HashMismatchError(
+                        f"Tensor {name!r} failed SHA256 verification."
+                        f" Expected {bytes(expected).hex()}, got {digest.hex()}."
+                    )
+            else:
+                raise ValueError(f"Tensor {name!r} has an invalid hash type: {kind}")
 
     def _verify_tensor(self, e: _Entry, tensor) -> bool:
         lib = _native.lib
@@ -1717,6 +1821,34 @@ class TensorSerializer:
         self.close()
 
     # -- writing -----------------------------------------------------------
+
+    def _write(self, data, expected_bytes_written: Optional[int] = None) -> int:
+        """
+        Writes `data` (any buffer) to the caller's file object at its current
+        position, calling ``write`` again after short writes until all of it,
+        or `expected_bytes_written` bytes, went out or a call wrote nothing
+        (upstream's low-level helper; not thread-safe). Returns the bytes
+        written. ValueError if one call claims more than expected;
+        io.UnsupportedOperation when the target is a path or URI, which only
+        the native writer writes.
+        """
+        if self._file is None:
+            raise io.UnsupportedOperation(
+                "TensorSerializer._write needs a file object target; paths and"
+                " URIs are written by libtensorizer"
+            )
+        with memoryview(data) as raw, raw.cast("B") as mv:
+            if expected_bytes_written is None:
+                expected_bytes_written = mv.nbytes
+            written = self._file.write(mv)
+            if written > expected_bytes_written:
+                raise ValueError("Wrote more data than expected")
+            last = written
+            while written < expected_bytes_written and last:
+                with mv[written:] as rest:
+                    last = self._file.write(rest)
+                written += last
+        return written
 
     @staticmethod
     def _name_bytes(path: Union[str, tuple]) -> bytes:

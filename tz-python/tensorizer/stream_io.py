@@ -10,9 +10,15 @@ a URI, or a stream ``open_stream`` returned, read and write it natively.
 are upstream's names for the same streams.
 """
 
+import base64
+import configparser
+import datetime
+import hashlib
+import hmac
 import http.client
 import io
 import os
+import sys
 import time
 import typing
 import urllib.parse
@@ -32,6 +38,14 @@ __all__ = [
 # assigning these changes the default for later streams.
 default_s3_read_endpoint = "accel-object.ord1.coreweave.com"
 default_s3_write_endpoint = "object.ord1.coreweave.com"
+
+# s3cmd config files consulted, in order, for s3:// credentials that were not
+# passed (upstream's name; tests and users patch it, `()` to consult none).
+# "~" is expanded at each use, so the home folder of that moment counts.
+if sys.platform != "win32":
+    _s3_default_config_paths = ("~/.s3cfg",)
+else:
+    _s3_default_config_paths = ("~\\.s3cfg", "~\\AppData\\Roaming\\s3cmd.ini")
 
 _REMOTE_SCHEMES = ("http", "https", "s3", "redis")
 
@@ -147,25 +161,33 @@ class CAInfo:
 def http_options(
     url: str, certificate_handling: Optional[CAInfo] = None, for_write: bool = False
 ) -> dict:
-    """libtensorizer options for an http(s) or s3 URL: `certificate_handling`,
-    or, like the curl tool upstream runs, CURL_CA_BUNDLE / SSL_CERT_FILE /
-    SSL_CERT_DIR from the environment; for s3:// the module's current
-    default endpoint for reads or writes."""
-    scheme = url.split(":", 1)[0].lower()
+    """libtensorizer options for an http(s) or s3 URL: TLS as
+    ``_tls_options``; for s3:// the module's current default endpoint for
+    reads or writes, and the rest resolved as ``open_stream`` does when given
+    no credentials or endpoint."""
     values = {}
-    if scheme == "s3":
+    if url.split(":", 1)[0].lower() == "s3":
         values["s3_default_endpoint"] = (
             default_s3_write_endpoint if for_write else default_s3_read_endpoint
         )
+        values.update(_s3_open_options(None, None, None, None, None, None))
+    values.update(_tls_options(url, certificate_handling))
+    return values
+
+
+def _tls_options(url: str, certificate_handling: Optional[CAInfo] = None) -> dict:
+    """TLS options for `url`: `certificate_handling`, or, like the curl tool
+    upstream runs, CURL_CA_BUNDLE / SSL_CERT_FILE / SSL_CERT_DIR from the
+    environment."""
     if certificate_handling is not None:
         if not isinstance(certificate_handling, CAInfo):
             raise TypeError(
                 "certificate_handling: expected CAInfo or None,"
                 f" got {certificate_handling.__class__.__name__}"
             )
-        values.update(certificate_handling.options())
-        return values
-    if scheme not in ("https", "s3"):
+        return certificate_handling.options()
+    values = {}
+    if url.split(":", 1)[0].lower() not in ("https", "s3"):
         return values
     ca_file = os.environ.get("CURL_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
     if ca_file:
@@ -200,6 +222,290 @@ def s3_options(
     if region is not None:
         values["s3_region"] = region
     return values
+
+
+class _ParsedCredentials(typing.NamedTuple):
+    """What an s3cmd config said (upstream's shape); None where it said nothing."""
+
+    config_file: Optional[str]
+    s3_endpoint: Optional[str]
+    s3_access_key: Optional[str]
+    s3_secret_key: Optional[str]
+    use_https: Optional[bool]
+
+
+_NOTHING_PARSED = _ParsedCredentials(None, None, None, None, None)
+
+
+def _get_s3cfg_values(config_paths=None) -> _ParsedCredentials:
+    """The [default] section of the first readable s3cmd config among
+    `config_paths` (a path or a tuple of paths; empty or None:
+    ``_s3_default_config_paths`` as it is now). ValueError for a file
+    without a [default] section or that does not parse."""
+    if not config_paths:
+        config_paths = _s3_default_config_paths
+    elif isinstance(config_paths, (str, bytes, os.PathLike)):
+        config_paths = (config_paths,)
+    for candidate in config_paths:
+        path = os.path.expanduser(os.fsdecode(candidate))
+        # No interpolation: secrets may contain "%".
+        config = configparser.ConfigParser(interpolation=None)
+        try:
+            found = config.read(path)
+        except configparser.Error as e:
+            raise ValueError(f"Cannot parse the s3cmd config {path}: {e}") from None
+        if found:
+            break
+    else:
+        return _NOTHING_PARSED
+    if "default" not in config:
+        raise ValueError(f"No [default] section in {path}")
+    section = config["default"]
+    use_https = {"True": True, "False": False}.get(section.get("use_https"))
+    return _ParsedCredentials(
+        config_file=path,
+        s3_endpoint=section.get("host_base"),
+        s3_access_key=section.get("access_key"),
+        s3_secret_key=section.get("secret_key"),
+        use_https=use_https,
+    )
+
+
+def _infer_credentials(
+    s3_access_key_id: Optional[str],
+    s3_secret_access_key: Optional[str],
+    s3_config_path: Optional[Union[str, bytes, os.PathLike]] = None,
+) -> _ParsedCredentials:
+    """
+    Completes an S3 credential pair from an s3cmd config, as upstream's
+    helper of the same name: None means "not given" ("" is given: public
+    buckets). With both given nothing is read. Otherwise `s3_config_path`
+    (or else ``_s3_default_config_paths``) is read, and what it says fills the
+    gaps; the result has both keys set, plus the config's endpoint and
+    use_https.
+
+    Raises:
+        FileNotFoundError: `s3_config_path` was given and does not exist.
+        ValueError: no config was found, it does not parse, or it lacks
+            a key that was not given.
+    """
+    if s3_access_key_id is not None and s3_secret_access_key is not None:
+        return _ParsedCredentials(None, None, s3_access_key_id, s3_secret_access_key, None)
+    if s3_config_path is not None and not os.path.exists(s3_config_path):
+        raise FileNotFoundError(f"Explicitly specified s3_config_path does not exist: {s3_config_path}")
+    try:
+        parsed = _get_s3cfg_values(s3_config_path)
+    except ValueError as e:
+        raise ValueError(
+            "Attempted to access an S3 bucket, but credentials were not provided,"
+            " and the fallback .s3cfg file could not be parsed."
+        ) from e
+    if parsed.config_file is None:
+        raise ValueError(
+            "Attempted to access an S3 bucket, but credentials were not provided,"
+            " and no default .s3cfg file could be found."
+        )
+    if s3_access_key_id is None:
+        s3_access_key_id = parsed.s3_access_key
+    if s3_secret_access_key is None:
+        s3_secret_access_key = parsed.s3_secret_key
+    for value, name in ((s3_access_key_id, "s3_access_key_id"), (s3_secret_access_key, "s3_secret_access_key")):
+        if not value:
+            raise ValueError(
+                f"Attempted to access an S3 bucket, but {name} was not provided,"
+                f" and could not be found in the config file at {parsed.config_file}."
+            )
+    return parsed._replace(s3_access_key=s3_access_key_id, s3_secret_key=s3_secret_access_key)
+
+
+def _enforce_scheme(endpoint: str, allow_http: bool = False, force_http: bool = False) -> str:
+    """`endpoint` with an explicit scheme: https:// unless `force_http`;
+    an http:// endpoint only with `allow_http` or `force_http`, else
+    ValueError (upstream's rule; tests replace this function to allow
+    plain-http servers, and the S3 streams look it up at each call)."""
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep:
+        return ("http://" if force_http else "https://") + endpoint
+    scheme = scheme.lower()
+    if scheme == "https":
+        return "http://" + rest if force_http else endpoint
+    if scheme == "http" and (force_http or allow_http):
+        return endpoint
+    raise ValueError("Non-HTTPS endpoint URLs are not allowed.")
+
+
+def _s3_open_options(
+    access_key_id: Optional[str],
+    secret_access_key: Optional[str],
+    endpoint: Optional[str],
+    config_path: Optional[Union[str, bytes, os.PathLike]],
+    force_http: Optional[bool],
+    region: Optional[str],
+) -> dict:
+    """libtensorizer options for opening an s3:// URI the way upstream's
+    open_stream does: credentials, endpoint and use_https from the s3cmd
+    config here (``_infer_credentials``), the endpoint's scheme decided by
+    ``_enforce_scheme``; what is still open (AWS environment variables and
+    files, the default endpoint, the region) is resolved natively."""
+    try:
+        parsed = _infer_credentials(access_key_id, secret_access_key, config_path)
+    except (ValueError, FileNotFoundError):
+        parsed = None  # as upstream: go on, other sources or anonymous access
+    if parsed is not None:
+        access_key_id, secret_access_key = parsed.s3_access_key, parsed.s3_secret_key
+        endpoint = endpoint or parsed.s3_endpoint
+        if force_http is None and parsed.use_https is not None:
+            force_http = not parsed.use_https
+    # The s3cmd config has been consulted (or deliberately not): the native
+    # side must not read ~/.s3cfg again, so it gets an empty one.
+    values = s3_options(access_key_id, secret_access_key, None, os.devnull, force_http, region)
+    if endpoint:
+        # A global, so looked up now: a patched _enforce_scheme takes effect.
+        endpoint = _enforce_scheme(endpoint, False, bool(force_http))
+        values["s3_endpoint"] = endpoint
+        # The scheme that came back is the decision, also over force_http.
+        scheme = endpoint.partition("://")[0].lower() if "://" in endpoint else None
+        if scheme in ("http", "https"):
+            values["s3_force_http"] = "1" if scheme == "http" else "0"
+    return values
+
+
+def _s3_config_path_option(config_path) -> str:
+    """s3_config_path for callers that leave credentials to the native
+    resolution: `config_path`, else the first existing file of
+    ``_s3_default_config_paths``, else an empty one (so that patching the
+    defaults to ``()`` keeps ~/.s3cfg out)."""
+    if config_path is not None:
+        return os.fsdecode(os.fspath(config_path))
+    for candidate in _s3_default_config_paths:
+        path = os.path.expanduser(os.fsdecode(candidate))
+        if os.path.isfile(path):
+            return path
+    return os.devnull
+
+
+def _parse_s3_uri(uri: str) -> typing.Tuple[str, str]:
+    parts = urllib.parse.urlparse(uri)
+    if parts.scheme.lower() != "s3":
+        raise ValueError(f"Invalid S3 URI: {uri}")
+    return parts.netloc, parts.path.lstrip("/")
+
+
+def _hmac_sha256(key: bytes, msg: str) -> bytes:
+    return hmac.new(key, msg.encode("utf-8"), hashlib.sha256).digest()
+
+
+def _presign_v4(
+    access_key_id: str,
+    secret_access_key: str,
+    session_token: Optional[str],
+    host: str,
+    path: str,
+    region: str,
+    amz_date: str,
+    expires_in: int,
+) -> str:
+    """The query string of a SigV4 presigned GET of `path` (already
+    URI-encoded) on `host` (the Host header, with any port), signed at
+    `amz_date` (YYYYMMDDTHHMMSSZ) for `expires_in` seconds."""
+    scope = f"{amz_date[:8]}/{region}/s3/aws4_request"
+    params = {
+        "X-Amz-Algorithm": "AWS4-HMAC-SHA256",
+        "X-Amz-Credential": f"{access_key_id}/{scope}",
+        "X-Amz-Date": amz_date,
+        "X-Amz-Expires": str(int(expires_in)),
+        "X-Amz-SignedHeaders": "host",
+    }
+    if session_token:
+        params["X-Amz-Security-Token"] = session_token
+
+    def quote(v: str) -> str:
+        return urllib.parse.quote(v, safe="-_.~")
+
+    query = "&".join(f"{quote(k)}={quote(v)}" for k, v in sorted(params.items()))
+    canonical = "\n".join(("GET", path, query, f"host:{host}\n", "host", "UNSIGNED-PAYLOAD"))
+    to_sign = "\n".join(
+        ("AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+    )
+    key = ("AWS4" + secret_access_key).encode("utf-8")
+    for part in (amz_date[:8], region, "s3", "aws4_request"):
+        key = _hmac_sha256(key, part)
+    signature = hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+    return f"{query}&X-Amz-Signature={signature}"
+
+
+def _presign_v2(access_key_id: str, secret_access_key: str, resource: str, expires: int) -> str:
+    """The query string of a signature-version-2 ("s3") presigned GET of
+    `resource` ("/bucket/key", URI-encoded), valid until `expires` (epoch)."""
+    to_sign = f"GET\n\n\n{int(expires)}\n{resource}"
+    digest = hmac.new(secret_access_key.encode("utf-8"), to_sign.encode("utf-8"), hashlib.sha1).digest()
+    return urllib.parse.urlencode(
+        {"AWSAccessKeyId": access_key_id, "Signature": base64.b64encode(digest).decode(), "Expires": str(int(expires))}
+    )
+
+
+def _s3_download_url(
+    path_uri: str,
+    s3_access_key_id: Optional[str],
+    s3_secret_access_key: Optional[str],
+    s3_endpoint: Optional[str] = default_s3_read_endpoint,
+    s3_region_name: Optional[str] = None,
+    s3_signature_version: Optional[str] = None,
+) -> str:
+    """
+    A URL that GETs the object `path_uri` (s3://bucket/key) from
+    `s3_endpoint` with no further credentials, as upstream's helper: with
+    both keys "" (or none given and none in AWS_ACCESS_KEY_ID /
+    AWS_SECRET_ACCESS_KEY), the plain object URL; otherwise a presigned one,
+    signed with `s3_signature_version` ("v4"/"s3v4", or "s3" for version 2;
+    default: "s3" for accel-object endpoints, else "v4"). The expiry is
+    aligned to a day boundary at least a day away, so that clients presigning
+    at about the same time make the same URL (upstream's reason: HTTP caches).
+    The endpoint may carry a scheme (https:// when it has none); buckets are
+    addressed by path, virtual-hosted for cwobject.com and cwlota.com.
+    """
+    bucket, key = _parse_s3_uri(path_uri)
+    endpoint = s3_endpoint or default_s3_read_endpoint
+    scheme, sep, host = endpoint.partition("://")
+    if not sep:
+        scheme, host = "https", endpoint
+    host = host.rstrip("/")
+    quoted_key = urllib.parse.quote(key, safe="/~")
+    if host.lower() in ("cwobject.com", "cwlota.com"):
+        url_host, path = f"{bucket}.{host}", "/" + quoted_key
+    else:
+        url_host, path = host, f"/{urllib.parse.quote(bucket, safe='')}/{quoted_key}"
+    url = f"{scheme.lower()}://{url_host}{path}"
+
+    token = None
+    if s3_access_key_id is None and s3_secret_access_key is None:
+        s3_access_key_id = os.environ.get("AWS_ACCESS_KEY_ID") or ""
+        s3_secret_access_key = os.environ.get("AWS_SECRET_ACCESS_KEY") or ""
+        token = os.environ.get("AWS_SESSION_TOKEN") or None
+    if not s3_access_key_id and not s3_secret_access_key:
+        return url  # unsigned: public buckets
+    if not s3_access_key_id or not s3_secret_access_key:
+        raise ValueError("Both s3_access_key_id and s3_secret_access_key are needed to sign a URL")
+
+    granularity = 86400
+    now = int(time.time())
+    expires = now - now % granularity + 2 * granularity
+    version = s3_signature_version
+    if not version:
+        version = "s3" if "accel-object" in host.lower().split(".") else "v4"
+    if version == "s3":
+        return url + "?" + _presign_v2(
+            s3_access_key_id, s3_secret_access_key, f"/{urllib.parse.quote(bucket, safe='')}/{quoted_key}", expires
+        )
+    if version in ("v4", "s3v4"):
+        region = (
+            s3_region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        )
+        amz_date = datetime.datetime.fromtimestamp(now, datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return url + "?" + _presign_v4(
+            s3_access_key_id, s3_secret_access_key, token, url_host, path, region, amz_date, expires - now
+        )
+    raise ValueError(f"Unsupported s3_signature_version {version!r}: use 'v4', 's3v4' or 's3'")
 
 
 def _native_options(values: dict):
@@ -528,6 +834,16 @@ class RedisStreamFile(_RemoteReader):
         _require_scheme(uri, ("redis",), "RedisStreamFile")
         super().__init__(uri, {}, begin, end, buffer_size)
 
+    def read(self, size: Optional[int] = -1) -> bytearray:
+        """Up to `size` bytes (all that is left if negative or None), as a
+        bytearray, like upstream's RedisStreamFile."""
+        if size is None or size < 0:
+            size = max(0, self.raw._end - self.tell())
+        out = bytearray(size)
+        n = self.readinto(out)
+        del out[n:]
+        return out
+
 
 def _explicit_s3_options(
     uri: str,
@@ -541,8 +857,9 @@ def _explicit_s3_options(
     """Options for s3_download / s3_upload, which (as upstream's, on boto3)
     take an endpoint with any scheme, https:// when it has none."""
     _require_scheme(uri, ("s3",), "s3_download" if not for_write else "s3_upload")
-    options = http_options(uri, certificate_handling, for_write=for_write)
-    options.update(s3_options(key_id, secret, endpoint, None, None, region))
+    options = _tls_options(uri, certificate_handling)
+    options["s3_default_endpoint"] = default_s3_write_endpoint if for_write else default_s3_read_endpoint
+    options.update(s3_options(key_id, secret, endpoint, _s3_config_path_option(None), None, region))
     if endpoint is not None and endpoint.lower().startswith("http://"):
         options["s3_force_http"] = "1"
     return options
@@ -679,10 +996,13 @@ def open_stream(
         if url is not None:
             is_s3 = url.lower().startswith("s3://")
             writing = any(map(normalized_mode.__contains__, "wax+"))
-            options = http_options(url, certificate_handling, for_write=is_s3 and writing)
+            options = _tls_options(url, certificate_handling)
             if is_s3:
+                options["s3_default_endpoint"] = (
+                    default_s3_write_endpoint if writing else default_s3_read_endpoint
+                )
                 options.update(
-                    s3_options(
+                    _s3_open_options(
                         s3_access_key_id,
                         s3_secret_access_key,
                         s3_endpoint,

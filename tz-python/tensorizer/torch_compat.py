@@ -516,6 +516,12 @@ _SIGNATURES = {
 }
 functools.update_wrapper(_save_wrapper, torch.serialization.save)
 functools.update_wrapper(_load_wrapper, torch.serialization.load)
+# inspect.signature(..., follow_wrapped=False) then shows torch's parameters,
+# as for the functions the wrappers stand in for.
+_save_wrapper.__signature__ = _SIGNATURES["save"]
+_load_wrapper.__signature__ = _SIGNATURES["load"]
+# torch.load's default pickle_module (None since torch 1.13), upstream's name.
+_LOAD_WRAPPER_DEFAULT_MODULE: Any = _SIGNATURES["load"].parameters["pickle_module"].default
 _WRAPPERS = {"save": _save_wrapper, "load": _load_wrapper}
 
 
