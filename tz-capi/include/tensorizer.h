@@ -393,6 +393,32 @@ TZ_API int tz_reader_read_batch(tz_reader *reader, const tz_read_request *reques
 TZ_API int tz_reader_verify_bytes(tz_reader *reader, uint64_t index, const void *data,
                                   uint64_t size);
 
+/* The hashes stored in a tensor's header, as upstream's TensorHash holds
+ * them: for callers that check or show them themselves (reads verify them
+ * natively). */
+#define TZ_HASH_CRC32 0
+#define TZ_HASH_SHA256 1
+#define TZ_TENSOR_HASH_VERSION 1
+#define TZ_TENSOR_HASH_INIT { TZ_TENSOR_HASH_VERSION }
+#define TZ_TENSOR_HASH_MAX_BYTES 64
+
+typedef struct tz_tensor_hash {
+  uint32_t version;   /* TZ_TENSOR_HASH_VERSION, set by the caller */
+  uint32_t type;      /* TZ_HASH_*: the type code stored in the file */
+  uint32_t length;    /* bytes of `value` in use: 4 for CRC32, 32 for SHA-256 */
+  uint8_t value[TZ_TENSOR_HASH_MAX_BYTES]; /* the stored bytes, unchanged */
+} tz_tensor_hash;
+
+/* Writes up to `cap` stored hashes of tensor `index` to `out` (cap 0 and
+ * out NULL: only measure) and their number to *count, in header order; reads
+ * the tensor's header if it was not read yet. Every element of `out` up to
+ * `cap` carries element 0's `version`. Returns TZ_OK;
+ * TZ_E_INVALID_ARG (NULL reader or count, NULL out with cap > 0, unknown or
+ * mixed version); TZ_E_NOT_FOUND (index out of range); reading the header's
+ * TZ_E_IO, TZ_E_FORMAT, TZ_E_TRUNCATED, TZ_E_CRYPTO. Thread-safe. */
+TZ_API int tz_reader_tensor_hashes(tz_tensor_hash *out, size_t cap, size_t *count, tz_reader *reader,
+                                   uint64_t index);
+
 /* ---- Raw byte sources ----------------------------------------------------- */
 
 /* Positional reads of any object a reader can open (local path, file://,

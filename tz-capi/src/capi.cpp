@@ -462,6 +462,25 @@ int tz_reader_verify_bytes(tz_reader* reader, uint64_t index, const void* data, 
   });
 }
 
+int tz_reader_tensor_hashes(tz_tensor_hash* out, size_t cap, size_t* count, tz_reader* reader, uint64_t index) {
+  return guarded([&] {
+    require(reader != nullptr, "reader is NULL");
+    require(count != nullptr, "count is NULL");
+    require(out != nullptr || cap == 0, "out is NULL");
+    check_array_version(out, cap, TZ_TENSOR_HASH_VERSION, "tz_tensor_hash", "TZ_TENSOR_HASH_INIT");
+    const auto hashes = reader->impl->stored_hashes(size_t(index));
+    for (size_t k = 0; k < hashes.size() && k < cap; ++k) {
+      const auto& h = hashes[k];
+      // The parser admits only CRC32 and SHA-256 values, which fit.
+      if (h.value.size() > TZ_TENSOR_HASH_MAX_BYTES) tz::fail(tz::Errc::internal, "stored hash longer than expected");
+      out[k].type = uint32_t(h.type);
+      out[k].length = uint32_t(h.value.size());
+      std::memcpy(out[k].value, h.value.data(), h.value.size());
+    }
+    *count = hashes.size();
+  });
+}
+
 int tz_source_open(tz_source** out, const char* uri, const tz_options* opts) {
   return guarded([&] {
     require(out != nullptr, "out is NULL");

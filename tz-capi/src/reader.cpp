@@ -496,4 +496,15 @@ void Reader::verify_bytes(size_t index, const void* data, uint64_t size) {
   check_hashes(index, h, hasher);
 }
 
+std::vector<Reader::StoredHash> Reader::stored_hashes(size_t index) {
+  if (index >= entries_.size()) fail(Errc::not_found, "Tensor index " + std::to_string(index) + " is out of range");
+  const Header& h = header(index);
+  std::vector<StoredHash> out;
+  for (const auto& e : h.parsed.hashes) {
+    const uint8_t* v = h.bytes.data() + e.value_offset;  // the parser checked it lies inside
+    out.push_back({e.type, std::vector<uint8_t>(v, v + e.value_length)});
+  }
+  return out;
+}
+
 }  // namespace tz::core

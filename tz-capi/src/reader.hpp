@@ -54,6 +54,12 @@ class Reader {
   void read_batch(const ReadRequest* requests, size_t count, bool verify, unsigned threads,
                   size_t* failed);
   void verify_bytes(size_t index, const void* data, uint64_t size);
+  struct StoredHash {
+    format::HashType type;
+    std::vector<uint8_t> value;  // as stored in the tensor header
+  };
+  // The hashes tensor `index`'s header stores (its header is read if needed).
+  std::vector<StoredHash> stored_hashes(size_t index);
 
  private:
   struct Header {

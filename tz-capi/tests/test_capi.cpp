@@ -174,6 +174,27 @@ TEST_CASE("FORMAT.md worked example is written byte for byte") {
   data[0] = 9;
   CHECK(tz_reader_verify_bytes(r, 0, data, sizeof data) == TZ_E_HASH);
   CHECK(std::string(tz_error_last()).find("failed CRC32 verification") != std::string::npos);
+
+  // The stored hashes, exactly as in the file (the same bytes as above).
+  size_t count = 0;
+  REQUIRE(tz_reader_tensor_hashes(nullptr, 0, &count, r, 0) == TZ_OK);
+  REQUIRE(count == 2);
+  tz_tensor_hash hashes[2] = {TZ_TENSOR_HASH_INIT, TZ_TENSOR_HASH_INIT};
+  REQUIRE(tz_reader_tensor_hashes(hashes, 2, &count, r, 0) == TZ_OK);
+  CHECK(hashes[0].type == TZ_HASH_CRC32);
+  CHECK(hashes[0].length == 4);
+  CHECK(std::memcmp(hashes[0].value, crc, 4) == 0);
+  CHECK(hashes[1].type == TZ_HASH_SHA256);
+  CHECK(hashes[1].length == 32);
+  CHECK(std::memcmp(hashes[1].value, sha_start, 4) == 0);
+  tz_tensor_hash one = TZ_TENSOR_HASH_INIT;
+  REQUIRE(tz_reader_tensor_hashes(&one, 1, &count, r, 0) == TZ_OK);  // fewer than stored: count says all
+  CHECK(count == 2);
+  CHECK(one.type == TZ_HASH_CRC32);
+  CHECK(tz_reader_tensor_hashes(&one, 1, &count, r, 1) == TZ_E_NOT_FOUND);
+  CHECK(tz_reader_tensor_hashes(nullptr, 1, &count, r, 0) == TZ_E_INVALID_ARG);
+  tz_tensor_hash unversioned{};
+  CHECK(tz_reader_tensor_hashes(&unversioned, 1, &count, r, 0) == TZ_E_INVALID_ARG);
   tz_reader_free(r);
   std::remove(path.c_str());
 }

@@ -121,21 +121,35 @@ def test_serializer_write_loops_over_short_writes(tmp_path):
         s2._write(b"x")
 
 
-def test_a_patched_tensor_hash_does_not_change_native_verification(tmp_path, monkeypatch):
-    # Documented in the README: hashes are checked natively, so upstream's
-    # test double (every stored hash zeroed) has no effect; real corruption
-    # is still a HashMismatchError.
-    sd = {"w": torch.arange(1000, dtype=torch.int32)}
+def test_a_replaced_tensor_hash_is_honoured(tmp_path, monkeypatch):
+    # Upstream's suite replaces TensorHash with a double that zeroes every
+    # stored hash and expects a verified load to fail; loads that do not
+    # verify, and the intact class, are unaffected.
+    sd = {"w": torch.arange(1000, dtype=torch.int32), "b": torch.ones(3)}
     path = _file(tmp_path, sd)
+    made = []
 
     def zeroed(*args, **kwargs):
         h = TensorHash(*args, **kwargs)
+        made.append(h.type)
         h.hash = bytes(len(h.hash))
         return h
 
     monkeypatch.setattr(serialization, "TensorHash", zeroed)
-    with TensorDeserializer(path, verify_hash=True) as t:
+    with pytest.raises(HashMismatchError, match="failed CRC32 verification"):
+        TensorDeserializer(path, verify_hash=True).close()
+    assert made and set(made) <= {HashType.CRC32, HashType.SHA256}
+    with TensorDeserializer(path, verify_hash=False) as t:
         assert torch.equal(t["w"], sd["w"])
+
+    def faithful(*args, **kwargs):
+        return TensorHash(*args, **kwargs)
+
+    monkeypatch.setattr(serialization, "TensorHash", faithful)
+    with TensorDeserializer(path, verify_hash=True, lazy_load=True) as t:
+        assert torch.equal(t["b"], sd["b"])
+    monkeypatch.undo()
+    # Real corruption is caught natively either way.
     data = bytearray(path.read_bytes())
     at = bytes(data).rfind(sd["w"].numpy().tobytes())
     data[at + 40] ^= 0xFF
