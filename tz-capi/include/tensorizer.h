@@ -165,7 +165,8 @@ TZ_API const char *tz_status_name(int status);
  *                  upstream's CoreWeave endpoints, accel-object.ord1.
  *                  coreweave.com to read, object.ord1.coreweave.com to write)
  *   "s3_region"    signing region (unset: resolved, else "us-east-1")
- *   "s3_config_path"  s3cmd config file to read (default "~/.s3cfg")
+ *   "s3_config_path"  s3cmd config file to read (default "~/.s3cfg"; ""
+ *                  reads none)
  *   "s3_force_http" "1" to use plain http:// for the endpoint (unset: resolved)
  *   "s3_addressing" "path" or "virtual"-hosted bucket URLs (unset: chosen by
  *                  the endpoint's host)

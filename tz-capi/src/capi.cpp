@@ -155,7 +155,10 @@ bool apply_s3_option(const std::shared_ptr<tz::io::S3Options>& s3, const std::st
   else if (k == "s3_endpoint") s3->endpoint = v;
   else if (k == "s3_default_endpoint") s3->default_endpoint = v;
   else if (k == "s3_region") s3->region = v;
-  else if (k == "s3_config_path") s3->config_path = v;
+  else if (k == "s3_config_path") {
+    s3->config_path = v;
+    s3->read_s3cmd_config = !v.empty();  // "": the caller has dealt with it
+  }
   else if (k == "s3_force_http") s3->force_http = parse_bool(k, v);
   else if (k == "s3_addressing") s3->addressing = v;
   else if (k == "s3_part_size") s3->part_size = parse_u64(k, v, uint64_t(5) << 20, uint64_t(5) << 30);

@@ -93,7 +93,7 @@ S3Target resolve_s3(const std::string& uri, const S3Options& o, bool for_write,
   } else {
     std::string text;
     const std::string path = o.config_path.empty() ? home + "/.s3cfg" : o.config_path;
-    if (read_file(path, text)) {
+    if (o.read_s3cmd_config && read_file(path, text)) {
       const auto ini = parse_ini(text);
       const std::string* ak = lookup(ini, "default", "access_key");
       const std::string* sk = lookup(ini, "default", "secret_key");

@@ -356,9 +356,9 @@ def _s3_open_options(
         endpoint = endpoint or parsed.s3_endpoint
         if force_http is None and parsed.use_https is not None:
             force_http = not parsed.use_https
-    # The s3cmd config has been consulted (or deliberately not): the native
-    # side must not read ~/.s3cfg again, so it gets an empty one.
-    values = s3_options(access_key_id, secret_access_key, None, os.devnull, force_http, region)
+    # The s3cmd config has been consulted (or deliberately not): "" tells the
+    # native side to read none.
+    values = s3_options(access_key_id, secret_access_key, None, "", force_http, region)
     if endpoint:
         # A global, so looked up now: a patched _enforce_scheme takes effect.
         endpoint = _enforce_scheme(endpoint, False, bool(force_http))
@@ -373,7 +373,7 @@ def _s3_open_options(
 def _s3_config_path_option(config_path) -> str:
     """s3_config_path for callers that leave credentials to the native
     resolution: `config_path`, else the first existing file of
-    ``_s3_default_config_paths``, else an empty one (so that patching the
+    ``_s3_default_config_paths``, else "" (none: so that patching the
     defaults to ``()`` keeps ~/.s3cfg out)."""
     if config_path is not None:
         return os.fsdecode(os.fspath(config_path))
@@ -381,7 +381,7 @@ def _s3_config_path_option(config_path) -> str:
         path = os.path.expanduser(os.fsdecode(candidate))
         if os.path.isfile(path):
             return path
-    return os.devnull
+    return ""
 
 
 def _parse_s3_uri(uri: str) -> typing.Tuple[str, str]:

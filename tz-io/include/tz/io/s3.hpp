@@ -23,6 +23,7 @@ struct S3Options {
   std::string default_endpoint;
   std::string region;       // empty: resolve, else us-east-1
   std::string config_path;  // s3cmd config; empty: ~/.s3cfg
+  bool read_s3cmd_config = true;  // false: no s3cmd config is read at all
   std::optional<bool> force_http;
   std::string addressing;   // "path", "virtual", or empty (by host)
   uint64_t part_size = uint64_t(16) << 20;  // multipart uploads (>= 5 MiB)
