@@ -139,9 +139,16 @@ def run_impl(label, python, env, outdir, log):
         try:
             rc = proc.wait(timeout=FILE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
             proc.wait()
             rc = "timeout"
+        # Servers a test started and did not stop (a setUp that failed after
+        # starting redis-server skips its tearDown) would hold the suite's
+        # fixed ports for the next run: end the whole session each time.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         dt = time.monotonic() - t0
         got = _parse_junit(junit, file)
         file_status[file] = (rc, dt, len(got))
