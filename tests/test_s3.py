@@ -268,12 +268,13 @@ def test_a_patched_enforce_scheme_allows_a_plain_http_endpoint(s3, clean_env, mo
 
 
 def test_patching_the_default_config_paths_keeps_s3cfg_out(s3, clean_env, monkeypatch, tmp_path):
-    # ~/.s3cfg names an endpoint where nothing listens; with the defaults
-    # patched to () it is not read, and the environment's endpoint is used.
+    # ~/.s3cfg names a host that cannot resolve (which fails at once, where a
+    # refused port would be retried); with the defaults patched to () it is
+    # not read, and the environment's endpoint is used.
     (tmp_path / ".s3cfg").write_text("[default]\naccess_key = testing\nsecret_key = testing\n"
-                                     f"host_base = 127.0.0.1:{servers.free_port()}\nuse_https = False\n")
+                                     "host_base = s3cfg-endpoint.invalid\nuse_https = False\n")
     clean_env.setenv("AWS_ENDPOINT_URL", s3["server"].endpoint)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="s3cfg-endpoint.invalid"):
         TensorDeserializer(s3["uri"])
     monkeypatch.setattr(stream_io, "_s3_default_config_paths", ())
     with TensorDeserializer(s3["uri"]) as t:
