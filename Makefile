@@ -87,7 +87,7 @@ test-upstream-suite: build upstream
 	bash scripts/setup-upstream-suite.sh
 	$(PY) scripts/run-upstream-suite.py
 
-test: abi-check test-cpp test-asan test-python test-wheel test-upstream-suite
+test: abi-check test-cpp test-asan test-python test-wheel test-upstream-suite deb-test
 
 demo: build
 	$(PY) demo/demo.py
