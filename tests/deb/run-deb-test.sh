@@ -55,6 +55,7 @@ root=$(mktemp -d /tmp/tz-deb-root.XXXXXX)
 cleanup() {
   # The mounts lived in the unshared namespace only; never delete through one.
   if grep -q " $root" /proc/self/mounts; then echo "deb-test: $root still has mounts; not deleted"; return; fi
+  echo "deb-test: deleting $root"
   rm -rf --one-file-system "$root"
 }
 trap cleanup EXIT
