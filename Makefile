@@ -5,7 +5,7 @@ JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE   ?= cmake
 LIBFILE := build/tz-capi/libtensorizer.so.0
 
-.PHONY: all setup upstream build python wheel test test-cpp test-asan test-python test-wheel test-upstream-suite abi-check abi-baseline demo bench clean
+.PHONY: all setup upstream build python wheel deb deb-test test test-cpp test-asan test-python test-wheel test-upstream-suite abi-check abi-baseline demo bench clean
 
 all: build
 
@@ -58,6 +58,14 @@ abi-check: build
 abi-baseline: build
 	bash tz-capi/abi/check-abi.sh build --update
 
+# Debian packages (debian/) in build/deb/, lintian-checked: see README.md,
+# "Debian packages". deb-test installs them into a fresh bookworm root.
+deb:
+	bash scripts/deb-build.sh
+
+deb-test: deb
+	bash tests/deb/run-deb-test.sh
+
 test-cpp: build
 	cd build && ctest --output-on-failure
 
@@ -79,7 +87,7 @@ test-upstream-suite: build upstream
 	bash scripts/setup-upstream-suite.sh
 	$(PY) scripts/run-upstream-suite.py
 
-test: abi-check test-cpp test-asan test-python test-wheel test-upstream-suite
+test: abi-check test-cpp test-asan test-python test-wheel test-upstream-suite deb-test
 
 demo: build
 	$(PY) demo/demo.py

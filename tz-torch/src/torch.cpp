@@ -18,6 +18,8 @@
 // Stored dtype strings name the byte order; we write host order, as upstream.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tz-torch writes little-endian dtype strings");
 
+// Dtypes newer than the oldest supported libtorch (1.13, Debian bookworm's
+// libtorch-dev) are compiled in only where libtorch has them.
 #define TZ_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -61,26 +63,35 @@ const DType kDTypes[] = {
     {ST::Int, "int32", "<i4"},
     {ST::Long, "int64", "<i8"},
     {ST::Byte, "uint8", "|u1"},
+#if TZ_TORCH_AT_LEAST(2, 3)
     {ST::UInt16, "uint16", "<u2"},
     {ST::UInt32, "uint32", "<u4"},
     {ST::UInt64, "uint64", "<u8"},
+#endif
     {ST::BFloat16, "bfloat16", nullptr},
     {ST::ComplexHalf, "complex32", nullptr},
+#if TZ_TORCH_AT_LEAST(2, 1)
     {ST::Float8_e5m2, "float8_e5m2", nullptr},
     {ST::Float8_e4m3fn, "float8_e4m3fn", nullptr},
+#endif
+#if TZ_TORCH_AT_LEAST(2, 2)
     {ST::Float8_e5m2fnuz, "float8_e5m2fnuz", nullptr},
     {ST::Float8_e4m3fnuz, "float8_e4m3fnuz", nullptr},
+#endif
 #if TZ_TORCH_AT_LEAST(2, 7)
     {ST::Float8_e8m0fnu, "float8_e8m0fnu", nullptr},
 #endif
 #if TZ_TORCH_AT_LEAST(2, 8)
     {ST::Float4_e2m1fn_x2, "float4_e2m1fn_x2", nullptr},
 #endif
+#if TZ_TORCH_AT_LEAST(2, 1)
     {ST::Bits1x8, "bits1x8", nullptr},
     {ST::Bits2x4, "bits2x4", nullptr},
     {ST::Bits4x2, "bits4x2", nullptr},
     {ST::Bits8, "bits8", nullptr},
     {ST::Bits16, "bits16", nullptr},
+#endif
+#if TZ_TORCH_AT_LEAST(2, 3)
     {ST::UInt1, "uint1", nullptr},
     {ST::UInt2, "uint2", nullptr},
     {ST::UInt3, "uint3", nullptr},
@@ -88,6 +99,7 @@ const DType kDTypes[] = {
     {ST::UInt5, "uint5", nullptr},
     {ST::UInt6, "uint6", nullptr},
     {ST::UInt7, "uint7", nullptr},
+#endif
 #if TZ_TORCH_AT_LEAST(2, 5)
     {ST::Int1, "int1", nullptr},
     {ST::Int2, "int2", nullptr},
@@ -141,9 +153,11 @@ ST native_type(std::string_view np) {
       break;
     case 'u':
       if (size == 1) return ST::Byte;
+#if TZ_TORCH_AT_LEAST(2, 3)
       if (size == 2) return ST::UInt16;
       if (size == 4) return ST::UInt32;
       if (size == 8) return ST::UInt64;
+#endif
       break;
     case 'f':
       if (size == 2) return ST::Half;
