@@ -29,7 +29,9 @@ FileHeader parse_file_header(const uint8_t* data, size_t size) {
                             ", which is not supported in this release of tensorizer.\n"
                             "Supported data versions: 1, 2, 3, 4, 5");
   }
-  if (size < 9 + 48) fail(Errc::truncated, "File too small: ran out of data before reading a full header");
+  // Every field up to the metadata length M: the 32 flag bytes, tensor_size,
+  // 8 unused bytes and tensor_count end at offset 65.
+  if (size < kMetadataOffset - 8) fail(Errc::truncated, "File too small: ran out of data before reading a full header");
   const uint8_t* flags = data + 9;
   for (int i = 8; i < 32; ++i) {
     if (flags[i]) fail(Errc::format, "Unsupported feature flags: bits above 63 are set");

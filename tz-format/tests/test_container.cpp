@@ -67,6 +67,23 @@ TEST_CASE("file header errors") {
   }
 }
 
+TEST_CASE("a file shorter than its header is refused before any field past its end is read") {
+  // Found by fuzz_file_header: 57-64 bytes passed the length check, and
+  // tensor_count (bytes 57-64) was read past the buffer.
+  const auto full = header_bytes(1, 0, 1, 8);
+  for (size_t cut = 41; cut < kMetadataOffset; ++cut) {
+    const std::vector<uint8_t> t(full.begin(), full.begin() + long(cut));  // exact size, for ASan
+    try {
+      parse_file_header(t.data(), t.size());
+      FAIL("accepted " << cut << " bytes");
+    } catch (const tz::Error& e) {
+      CHECK(e.code() == tz::Errc::truncated);
+      const std::string want = cut < kMetadataOffset - 8 ? "before reading a full header" : "the metadata length";
+      CHECK(std::string(e.what()).find(want) != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("metadata entries round trip, tagged and untagged") {
   MetadataEntry e;
   e.name = "x.w";
