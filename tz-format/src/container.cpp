@@ -118,6 +118,14 @@ std::vector<MetadataEntry> parse_metadata(const FileHeader& header, const uint8_
         e.header_length() < 8 + 2 + 1 + 2 + 1 + 1 + 2 + 1 + 8) {
       fail(Errc::format, "Invalid offsets for " + who + " in the metadata index");
     }
+    // Meta tensors (no data stored) exist from data version 4 on: an older
+    // file with a zero data length for a non-empty tensor was altered, and
+    // must not load as zeros.
+    if (e.is_meta() && header.version < kMetaTensorVersion) {
+      fail(Errc::format, "Data length 0 of " + who + " (" + std::to_string(e.nbytes) +
+                             " bytes) in a file of data version " + std::to_string(header.version) +
+                             ", which cannot hold meta tensors");
+    }
     if (e.data_length != 0 && e.data_length != e.nbytes) {
       fail(Errc::format, "Data length " + std::to_string(e.data_length) + " of " + who +
                              " does not match its shape and dtype (" + std::to_string(e.nbytes) + " bytes)");
