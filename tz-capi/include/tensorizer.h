@@ -120,6 +120,11 @@ TZ_API const char *tz_status_name(int status);
  *                  the most costly key derivation a file may ask a password
  *                  key for (defaults 64 and 4294967296 bytes); a file asking
  *                  more fails with TZ_E_LIMIT instead of tying up the machine
+ *   "kdf_max_derivations"  how many different key derivations (salt and
+ *                  parameter sets) one file may ask a password key for, 1 to
+ *                  4294967295 (default 4; writers use one per file); the
+ *                  derivation past it fails with TZ_E_LIMIT, so the Argon2
+ *                  work of a whole load stays bounded
  *   "verify_hash"  "1" to verify hashes on every read by default ("0")
  *   "huge_pages"   "1" to advise transparent huge pages for read destinations
  *                  (fewer page faults filling fresh memory; "0")

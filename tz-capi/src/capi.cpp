@@ -175,6 +175,7 @@ bool apply_reader_option(tz::core::ReaderOptions& o, const std::string& k, const
   else if (k == "metadata_only") o.metadata_only = parse_bool(k, v);
   else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
   else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
+  else if (k == "kdf_max_derivations") o.kdf_limits.max_derivations = parse_u64(k, v, 1, UINT32_MAX);
   else return false;
   return true;
 }
