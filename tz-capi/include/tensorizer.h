@@ -353,6 +353,10 @@ TZ_API int tz_reader_tensor_info(tz_tensor_info *out, tz_reader *reader, uint64_
  * (a malformed crypt_info block). Thread-safe. */
 TZ_API int tz_reader_load_headers(tz_reader *reader, const uint64_t *indices, size_t count);
 
+/* Verification checks every hash a tensor's header stores: over the header
+ * and the data, or over the header alone for a meta tensor. A verified read
+ * verifies something or fails: a header storing no hash fails it with
+ * TZ_E_HASH ("cannot be verified"), as does tz_reader_verify_bytes. */
 #define TZ_READ_VERIFY_HASH 0x1u     /* check every stored hash of each tensor */
 #define TZ_READ_NO_VERIFY_HASH 0x2u  /* override the reader's "verify_hash" option */
 

@@ -214,6 +214,12 @@ void Reader::check_hashes(size_t index, const Header& h, Hasher& hasher) const {
 }
 
 void Reader::check_hashes(size_t index, const Header& h, uint32_t crc, const uint8_t* sha) const {
+  // A verified read verifies something or says it could not: a header that
+  // stores no hash gives nothing to compare with.
+  if (h.parsed.hashes.empty()) {
+    fail(Errc::hash, "Tensor '" + tensor_label(index) +
+                         "' cannot be verified: its header stores no hashes (verification was requested)");
+  }
   for (const auto& he : h.parsed.hashes) {
     const uint8_t* stored = h.bytes.data() + he.value_offset;
     if (he.type == HashType::crc32) {
@@ -237,8 +243,12 @@ void Reader::read_one(const ReadRequest& req, bool verify, uint64_t begin, uint6
   auto* dst = static_cast<uint8_t*>(req.dst);
   const Header& h = header(index);
   if (e.is_meta()) {
-    // Meta tensors load as zeros and are not verified.
+    // Meta tensors load as zeros; their hashes cover the header alone.
     if (whole || begin == 0) std::memset(dst, 0, size_t(e.nbytes));
+    if (whole && verify) {
+      Hasher hasher(h);
+      check_hashes(index, h, hasher);
+    }
     return;
   }
   const crypto::SecretBytes* key = key_for(h);
@@ -371,6 +381,10 @@ void Reader::finish_tensor(const ReadRequest& req, bool verify, std::vector<uint
   const Header& h = header(index, header_bytes);
   if (e.is_meta()) {
     std::memset(dst, 0, size_t(e.nbytes));
+    if (verify) {
+      Hasher hasher(h);
+      check_hashes(index, h, hasher);
+    }
     return;
   }
   if (const crypto::SecretBytes* key = key_for(h)) {

@@ -319,3 +319,27 @@ TEST_CASE("a sparse source never allocates a header the file sizes before its by
     CHECK(read_error(bytes, coalesce, true, false) == Errc::truncated);
   }
 }
+
+TEST_CASE("a verified read verifies something or fails") {
+  // A header storing no hash: nothing to verify against.
+  auto bytes = write_one("no_hashes");
+  const uint64_t header = tz::format::load_u64(bytes.data() + 73 + 2 + 1 + 1 + 1 + 3 + 1 + 4);
+  const uint64_t count_at = header + 8 + 2 + 1 + 2 + 1 + 1 + 3 + 1 + 4 + 2;
+  REQUIRE(bytes[count_at] == 2);  // CRC32 and SHA-256
+  bytes[count_at] = 0;
+  for (bool coalesce : {false, true}) {
+    INFO("coalesce=" << coalesce);
+    CHECK(read_error(bytes, coalesce, false, false) == Errc::internal);  // unverified: loads
+    CHECK(read_error(bytes, coalesce, false, true) == Errc::hash);
+  }
+  // A meta tensor's hashes cover its header: an altered header fails.
+  auto meta = write_one("meta_hashes", true);
+  for (bool coalesce : {false, true}) CHECK(read_error(meta, coalesce, false, true) == Errc::internal);
+  const uint64_t meta_header = tz::format::load_u64(meta.data() + 73 + 2 + 1 + 1 + 1 + 3 + 1 + 4);
+  meta[meta_header + 8] ^= 1;  // module index
+  for (bool coalesce : {false, true}) {
+    INFO("coalesce=" << coalesce);
+    CHECK(read_error(meta, coalesce, false, false) == Errc::internal);
+    CHECK(read_error(meta, coalesce, false, true) == Errc::hash);
+  }
+}
