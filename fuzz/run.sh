@@ -18,9 +18,9 @@ for t in "$@"; do
   echo "== fuzz_$t: replaying regressions and seeds"
   "$exe" -runs=0 fuzz/regressions/$t fuzz/corpus/$t 2>&1 | tail -n 2
   echo "== fuzz_$t: fuzzing for ${seconds}s"
-  # One process, one job (the machine is shared); a slow input (10 s) or
+  # One process in the foreground (no -jobs: the machine is shared); a slow input (10 s) or
   # more than 2 GiB of memory is a finding too.
-  if ! "$exe" -max_total_time="$seconds" -jobs=1 -workers=1 -timeout=10 -rss_limit_mb=2048 \
+  if ! "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -dict=fuzz/tz.dict -print_final_stats=1 -artifact_prefix="$art/" \
       "$work" fuzz/corpus/$t > "build-fuzz/fuzz_$t.log" 2>&1; then
     echo "fuzz_$t FAILED; input(s) in $art/, log in build-fuzz/fuzz_$t.log:"
