@@ -585,8 +585,15 @@ int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::WriterOptions o;
-    o.sink = remote_options(
-        opts, "writers", [&](const std::string& k, const std::string& v) { return apply_writer_option(o, k, v); });
+    bool durable = true;
+    o.sink = remote_options(opts, "writers", [&](const std::string& k, const std::string& v) {
+      if (k == "durable") {
+        durable = parse_bool(k, v);
+        return true;
+      }
+      return apply_writer_option(o, k, v);
+    });
+    o.sink.durable = durable;
     if (opts) o.key = opts->key;
     auto w = std::make_unique<tz_writer>();
     w->impl = tz::core::Writer::open(uri, o);
