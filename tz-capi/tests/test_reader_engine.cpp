@@ -307,7 +307,8 @@ Errc read_error(const std::vector<uint8_t>& bytes, bool coalesce, bool sparse, b
 }  // namespace
 
 TEST_CASE("a sparse source never allocates a header the file sizes before its bytes exist") {
-  // Found by fuzz_reader_coalesced: on a sparse source (Redis) the file
+  // Issue 15 (fixed before our fuzz runs; a crafted input replays it from
+  // fuzz/regressions/reader_coalesced/): on a sparse source (Redis) the file
   // size bounds no offset, so a data offset of 2^50 made a 2^50-byte header
   // buffer before anything was read.
   auto bytes = write_one("sparse_header");
