@@ -5,7 +5,7 @@ JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE   ?= cmake
 LIBFILE := build/tz-capi/libtensorizer.so.0
 
-.PHONY: all setup upstream build python wheel deb deb-test test test-cpp test-asan test-python test-wheel test-upstream-suite abi-check abi-baseline demo bench clean
+.PHONY: all setup upstream build python wheel deb deb-test test test-cpp test-asan test-python test-wheel test-upstream-suite abi-check abi-baseline demo bench clean fuzz-setup fuzz-build fuzz-ci fuzz
 
 all: build
 
@@ -87,7 +87,30 @@ test-upstream-suite: build upstream
 	bash scripts/setup-upstream-suite.sh
 	$(PY) scripts/run-upstream-suite.py
 
-test: abi-check test-cpp test-asan test-python test-wheel test-upstream-suite deb-test
+# Fuzz targets (fuzz/README.md), built with clang's libFuzzer, ASan and UBSan.
+# Every build also replays their regression inputs through ctest (fuzz_replay_*).
+FUZZ_TARGETS := file_header tensor_header crypt_info tensor_path reader reader_coalesced writer
+FUZZ_SECONDS ?= 40
+
+fuzz-setup:
+	bash scripts/setup-fuzz.sh
+
+fuzz-build: setup fuzz-setup
+	$(CMAKE) -S . -B build-fuzz -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTZ_FUZZ=ON -DTZ_SANITIZE=address,undefined \
+	  -DTZ_WITH_TORCH=OFF -DTZ_BUILD_TESTS=OFF >/dev/null
+	$(CMAKE) --build build-fuzz --target fuzz_targets -j $(JOBS)
+
+# CI: each target replays its regressions, then fuzzes FUZZ_SECONDS (7 x 40 s,
+# under 5 minutes in all). `make fuzz FUZZ_TARGET=reader FUZZ_SECONDS=1800`
+# runs one target for longer.
+fuzz-ci: fuzz-build
+	bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz: fuzz-build
+	bash fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGET)
+
+test: abi-check test-cpp test-asan fuzz-ci test-python test-wheel test-upstream-suite deb-test
 
 demo: build
 	$(PY) demo/demo.py
@@ -96,4 +119,4 @@ bench: build upstream
 	$(PY) bench/bench_local.py
 
 clean:
-	rm -rf build build-asan dist tz-python/tensorizer/libtensorizer.so.0 tz-python/tensorizer/_cdef.py
+	rm -rf build build-asan build-fuzz dist tz-python/tensorizer/libtensorizer.so.0 tz-python/tensorizer/_cdef.py

@@ -660,6 +660,14 @@ def test_f5_hash_section_variants(tmp_path, hashes, detects):
     f = base_file()
     f.records[0].hashes = list(hashes)
     good = f.to_bytes()
+    if not hashes and not UPSTREAM:
+        # Upstream passes a header with no hashes unchecked. Ours: a verified
+        # load verifies something or says it could not (README, "Verification").
+        check_base_values(load(good, tmp_path))
+        for data in (good, _flip(good, craft.layout(good).records[0].data_start)):
+            with pytest.raises(HashMismatchError, match="cannot be verified"):
+                load(data, tmp_path, verify_hash=True)
+        return
     check_base_values(load(good, tmp_path, verify_hash=True))
     s = craft.layout(good).records[0]
     bad = _flip(good, s.data_start)
@@ -694,6 +702,17 @@ def test_meta_tensors_not_verified_during_load(tmp_path):
     f.records[0].hashes = [Hash(CRC32, b"\x01\x02\x03\x04"), Hash(SHA256, b"\x05" * 32)]
     data = f.to_bytes()
     assert craft.layout(data).version == 4
+    if not UPSTREAM:
+        # Upstream never checks a meta tensor's hashes. Ours check them over
+        # the header they cover, so a verified load verifies every tensor.
+        t = load(data, tmp_path)
+        assert t[("m",)].shape == (3, 4) and not t[("m",)].detach().any()
+        with pytest.raises(HashMismatchError, match="'m' failed CRC32"):
+            load(data, tmp_path, verify_hash=True)
+        f.records[0].hashes = None  # computed: correct
+        check = load(f.to_bytes(), tmp_path, verify_hash=True)
+        assert check[("m",)].shape == (3, 4) and not check[("m",)].detach().any()
+        return
     t = load(data, tmp_path, verify_hash=True)
     assert t[("m",)].shape == (3, 4) and not t[("m",)].detach().any()
 

@@ -170,8 +170,21 @@ def test_several_write_calls_and_a_small_file(s3, clean_env):
 
 def test_a_failed_save_aborts_the_upload_and_leaves_no_object(s3, clean_env):
     # Through a proxy: the upload starts, the first part upload is refused
-    # (403, not retried), and the abort that follows goes through.
+    # (403, not retried), and the abort that follows goes through. A
+    # previous object at the key stays as it was.
     server = s3["server"]
+    client = server.client()
+    old = b"previous checkpoint"
+    client.put_object(Bucket="bucket", Key="written/kept.tensors", Body=old)
+    with servers.FaultProxy(server.port, [("ok",), ("status", 403), ("ok",)]) as proxy:
+        _env(clean_env, server)
+        clean_env.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+        s = TensorSerializer("s3://bucket/written/kept.tensors")
+        with pytest.raises(OSError, match="403"):
+            s.write_state_dict({"big": torch.randn(10 * 1024 * 1024)})
+            s.close()
+        s.close()
+    assert client.get_object(Bucket="bucket", Key="written/kept.tensors")["Body"].read() == old
     with servers.FaultProxy(server.port, [("ok",), ("status", 403), ("ok",)]) as proxy:
         _env(clean_env, server)
         clean_env.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")

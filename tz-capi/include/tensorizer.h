@@ -120,6 +120,11 @@ TZ_API const char *tz_status_name(int status);
  *                  the most costly key derivation a file may ask a password
  *                  key for (defaults 64 and 4294967296 bytes); a file asking
  *                  more fails with TZ_E_LIMIT instead of tying up the machine
+ *   "kdf_max_derivations"  how many different key derivations (salt and
+ *                  parameter sets) one file may ask a password key for, 1 to
+ *                  4294967295 (default 4; writers use one per file); the
+ *                  derivation past it fails with TZ_E_LIMIT, so the Argon2
+ *                  work of a whole load stays bounded
  *   "verify_hash"  "1" to verify hashes on every read by default ("0")
  *   "huge_pages"   "1" to advise transparent huge pages for read destinations
  *                  (fewer page faults filling fresh memory; "0")
@@ -134,6 +139,11 @@ TZ_API const char *tz_status_name(int status);
  *                  the CPU count, clamped to 2-64)
  *   "crypt_chunk_size"  bytes per encrypted box (default 2097152; a multiple
  *                  of 64, at least 1024). Readers honour any valid size.
+ *   "durable"      local files: "1" (default) makes tz_writer_close durable:
+ *                  the file's data and its directory entry are synced
+ *                  (fdatasync, fsync of the folder) before it returns, so a
+ *                  checkpoint reported saved survives a power loss; "0"
+ *                  leaves that to the OS (faster for scratch files)
  * Keys for remote storage, accepted by readers, sources, writers and sinks
  * (each applies where the URI's scheme uses it):
  *   http(s):// and s3:// (ranged GETs, one connection per thread, redirects
@@ -348,6 +358,10 @@ TZ_API int tz_reader_tensor_info(tz_tensor_info *out, tz_reader *reader, uint64_
  * (a malformed crypt_info block). Thread-safe. */
 TZ_API int tz_reader_load_headers(tz_reader *reader, const uint64_t *indices, size_t count);
 
+/* Verification checks every hash a tensor's header stores: over the header
+ * and the data, or over the header alone for a meta tensor. A verified read
+ * verifies something or fails: a header storing no hash fails it with
+ * TZ_E_HASH ("cannot be verified"), as does tz_reader_verify_bytes. */
 #define TZ_READ_VERIFY_HASH 0x1u     /* check every stored hash of each tensor */
 #define TZ_READ_NO_VERIFY_HASH 0x2u  /* override the reader's "verify_hash" option */
 
@@ -503,9 +517,17 @@ typedef struct tz_tensor_desc {
   uint64_t data_size;
 } tz_tensor_desc;
 
-/* Creates (truncates) a file, or starts an s3:// upload, and writes an empty
- * tensorizer header; owned by the caller (tz_writer_close, then
- * tz_writer_free). `opts` may be NULL.
+/* Creates a file, or starts an s3:// upload, and writes an empty tensorizer
+ * header; owned by the caller (tz_writer_close, then tz_writer_free). `opts`
+ * may be NULL. A local file is written beside its path under a unique
+ * temporary name and renamed over it when the first write call completes
+ * (or at close, if none does): until then the path keeps any file it held,
+ * afterwards it holds the new file, complete after every write call. A save
+ * that fails or is killed before that leaves the previous file in place.
+ * Two saves to one path each write their own file and the last rename wins
+ * whole; the close of the one replaced fails with TZ_E_CONFLICT. Devices,
+ * FIFOs and files in folders the caller cannot create files in are written
+ * in place, truncated at open.
  * Returns TZ_E_INVALID_ARG (NULL out/uri, an option writers do not take, a
  * password-only key, a bad crypt_chunk_size, a malformed s3 URI or S3
  * options), TZ_E_NOT_FOUND (missing folder or bucket), TZ_E_IO,
@@ -552,7 +574,8 @@ TZ_API int tz_writer_state_get(tz_writer_state *out, const tz_writer *writer);
  * (TZ_E_STATE since), the file or upload is aborted instead. The handle stays
  * allocated until tz_writer_free. Calling it twice is harmless.
  * Returns TZ_E_INVALID_ARG (writer is NULL), TZ_E_IO, TZ_E_NOT_FOUND (S3),
- * TZ_E_STATE (S3: a byte of a part already uploaded). One thread at a time. */
+ * TZ_E_STATE (S3: a byte of a part already uploaded), TZ_E_CONFLICT (another
+ * save replaced this file at its path). One thread at a time. */
 TZ_API int tz_writer_close(tz_writer *writer);
 /* Frees the handle; accepts NULL. Closes the file first if still open (errors
  * are dropped). */

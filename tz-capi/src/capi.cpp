@@ -175,6 +175,7 @@ bool apply_reader_option(tz::core::ReaderOptions& o, const std::string& k, const
   else if (k == "metadata_only") o.metadata_only = parse_bool(k, v);
   else if (k == "kdf_max_opslimit") o.kdf_limits.max_opslimit = parse_u64(k, v, 1, TZ_OPSLIMIT_MAX);
   else if (k == "kdf_max_memlimit") o.kdf_limits.max_memlimit = parse_u64(k, v, TZ_MEMLIMIT_MIN, TZ_MEMLIMIT_MAX);
+  else if (k == "kdf_max_derivations") o.kdf_limits.max_derivations = parse_u64(k, v, 1, UINT32_MAX);
   else return false;
   return true;
 }
@@ -584,8 +585,15 @@ int tz_writer_open(tz_writer** out, const char* uri, const tz_options* opts) {
     *out = nullptr;
     require(uri != nullptr, "uri is NULL");
     tz::core::WriterOptions o;
-    o.sink = remote_options(
-        opts, "writers", [&](const std::string& k, const std::string& v) { return apply_writer_option(o, k, v); });
+    bool durable = true;
+    o.sink = remote_options(opts, "writers", [&](const std::string& k, const std::string& v) {
+      if (k == "durable") {
+        durable = parse_bool(k, v);
+        return true;
+      }
+      return apply_writer_option(o, k, v);
+    });
+    o.sink.durable = durable;
     if (opts) o.key = opts->key;
     auto w = std::make_unique<tz_writer>();
     w->impl = tz::core::Writer::open(uri, o);

@@ -137,13 +137,36 @@ const Reader::Header& Reader::header(size_t index, std::vector<uint8_t>* bytes) 
     if (bytes) {
       fetched = std::move(*bytes);
     } else {
-      fetched.resize(size_t(entries_[index].header_length()));
-      source_->read_at(entries_[index].header_offset, fetched.data(), fetched.size());
+      fetched = read_header_bytes(index);
     }
     headers_[index] = std::make_unique<Header>(parse_header(index, std::move(fetched)));
     module_index_[index].store(headers_[index]->parsed.module_index, std::memory_order_release);
   });
   return *headers_[index];
+}
+
+std::vector<uint8_t> Reader::read_header_bytes(size_t index) {
+  const auto& e = entries_[index];
+  const uint64_t len = e.header_length();
+  std::vector<uint8_t> out;
+  if (!source_->sparse()) {
+    // parse_metadata checked the header lies inside the file.
+    out.resize(size_t(len));
+    source_->read_at(e.header_offset, out.data(), out.size());
+    return out;
+  }
+  // A sparse source's size does not bound the offsets, so the length is the
+  // file's word alone: read in doubling steps, so what is allocated is never
+  // more than twice what the source really holds (a missing part fails).
+  constexpr uint64_t kFirstStep = 64 << 10;
+  uint64_t have = 0;
+  while (have < len) {
+    const uint64_t step = std::min(len - have, std::max(kFirstStep, have));
+    out.resize(size_t(have + step));
+    source_->read_at(e.header_offset + have, out.data() + have, size_t(step));
+    have += step;
+  }
+  return out;
 }
 
 const crypto::SecretBytes* Reader::key_for(const Header& h) {
@@ -191,6 +214,12 @@ void Reader::check_hashes(size_t index, const Header& h, Hasher& hasher) const {
 }
 
 void Reader::check_hashes(size_t index, const Header& h, uint32_t crc, const uint8_t* sha) const {
+  // A verified read verifies something or says it could not: a header that
+  // stores no hash gives nothing to compare with.
+  if (h.parsed.hashes.empty()) {
+    fail(Errc::hash, "Tensor '" + tensor_label(index) +
+                         "' cannot be verified: its header stores no hashes (verification was requested)");
+  }
   for (const auto& he : h.parsed.hashes) {
     const uint8_t* stored = h.bytes.data() + he.value_offset;
     if (he.type == HashType::crc32) {
@@ -214,8 +243,12 @@ void Reader::read_one(const ReadRequest& req, bool verify, uint64_t begin, uint6
   auto* dst = static_cast<uint8_t*>(req.dst);
   const Header& h = header(index);
   if (e.is_meta()) {
-    // Meta tensors load as zeros and are not verified.
+    // Meta tensors load as zeros; their hashes cover the header alone.
     if (whole || begin == 0) std::memset(dst, 0, size_t(e.nbytes));
+    if (whole && verify) {
+      Hasher hasher(h);
+      check_hashes(index, h, hasher);
+    }
     return;
   }
   const crypto::SecretBytes* key = key_for(h);
@@ -348,6 +381,10 @@ void Reader::finish_tensor(const ReadRequest& req, bool verify, std::vector<uint
   const Header& h = header(index, header_bytes);
   if (e.is_meta()) {
     std::memset(dst, 0, size_t(e.nbytes));
+    if (verify) {
+      Hasher hasher(h);
+      check_hashes(index, h, hasher);
+    }
     return;
   }
   if (const crypto::SecretBytes* key = key_for(h)) {
@@ -393,11 +430,27 @@ void Reader::read_coalesced(const ReadRequest* reqs, size_t count, bool verify, 
   std::unique_ptr<std::atomic<uint64_t>[]> pending(new std::atomic<uint64_t>[count]);
   std::vector<Piece> pieces;
   uint64_t total = 0;
+  // A sparse source's size does not bound a header's length: those headers
+  // are read on their own first (read_header_bytes), never into a buffer
+  // sized by the file before the bytes exist.
+  const bool own_headers = source_->sparse();
+  if (own_headers) {
+    size_t failed_request = 0;
+    try {
+      parallel_for(count, threads, [&](size_t k) { header(size_t(reqs[k].index)); }, &failed_request);
+    } catch (...) {
+      if (failed) *failed = failed_request;
+      throw;
+    }
+  }
   for (size_t k : order) {
     const auto& e = entries_[size_t(reqs[k].index)];
-    header_bytes[k].resize(size_t(e.header_length()));
-    pieces.push_back({e.header_offset, e.header_length(), header_bytes[k].data(), k});
-    uint64_t wanted = e.header_length();
+    uint64_t wanted = 0;
+    if (!own_headers) {
+      header_bytes[k].resize(size_t(e.header_length()));
+      pieces.push_back({e.header_offset, e.header_length(), header_bytes[k].data(), k});
+      wanted = e.header_length();
+    }
     // Meta tensors are zero-filled, whatever bytes their data length names.
     if (!e.is_meta()) {
       auto* dst = static_cast<uint8_t*>(reqs[k].dst);
@@ -452,6 +505,18 @@ void Reader::read_coalesced(const ReadRequest* reqs, size_t count, bool verify, 
       throw;
     }
   };
+  // Requests with no bytes to transfer (meta tensors whose header was read
+  // already) are finished here: no segment will complete them.
+  for (size_t k : order) {
+    if (pending[k].load(std::memory_order_relaxed) != 0) continue;
+    try {
+      finish(k);
+    } catch (...) {
+      if (failed) *failed = k;
+      throw;
+    }
+  }
+  if (spans.empty()) return;
   // The next read (a lazy load's next tensor, the next batch) likely starts
   // where the last span ends; the other spans know where the next one starts.
   auto next_after = [&](size_t s) {

@@ -72,6 +72,7 @@ class Reader {
   // `bytes`, when given, are the header's bytes already fetched.
   const Header& header(size_t index, std::vector<uint8_t>* bytes = nullptr);
   Header parse_header(size_t index, std::vector<uint8_t> bytes);
+  std::vector<uint8_t> read_header_bytes(size_t index);
   void read_coalesced(const ReadRequest* requests, size_t count, bool verify, unsigned threads, size_t* failed);
   void finish_tensor(const ReadRequest& req, bool verify, std::vector<uint8_t>* header_bytes);
   const crypto::SecretBytes* key_for(const Header& h);

@@ -296,6 +296,8 @@ void Writer::write(const TensorInput* tensors, size_t count, unsigned threads) {
     header_.tensor_size += data_total;
     pos_ = at;
     write_file_header();
+    // Complete and valid: a file replacing another takes its place now.
+    sink_->publish();
   } catch (...) {
     // The file header still describes the previous, complete state; the paths
     // of this call are free again. After an I/O failure the file may hold

@@ -13,6 +13,7 @@
 #include "../src/reader.hpp"
 #include "../src/writer.hpp"
 #include "helpers.hpp"
+#include "tz/format/bytes.hpp"
 #include "tz/format/error.hpp"
 #include "tz/io/file.hpp"
 
@@ -49,8 +50,12 @@ class MemorySource final : public tz::io::Source {
       if (on_segment) on_segment(i);
     }
   }
-  bool coalesce_reads() const override { return true; }
+  bool coalesce_reads() const override { return coalesce; }
+  bool sparse() const override { return is_sparse; }
   std::string describe() const override { return "memory"; }
+
+  bool coalesce = true;
+  bool is_sparse = false;  // as a Redis key set: size() does not bound offsets
 
   std::atomic<unsigned> requests{0};
   std::vector<uint64_t> spans;
@@ -258,4 +263,84 @@ TEST_CASE("failures inside a coalesced read name the tensor they hit") {
     CHECK(failed == 0);  // one request covered every tensor: the first is named
   }
   std::remove(path.c_str());
+}
+
+namespace {
+
+// One tensor "t" of 4 floats (1, 2, 3, 4), written by the engine; returns the
+// file's bytes.
+std::vector<uint8_t> write_one(const char* name, bool meta = false) {
+  const std::string path = tz_test::temp_path(name);
+  auto w = tz::core::Writer::open(path, {});
+  const float v[4] = {1, 2, 3, 4};
+  std::vector<uint64_t> shape{4};
+  tz::core::TensorInput in;
+  in.name = "t";
+  in.dtype = "<f4";
+  in.shape = shape.data();
+  in.ndim = 1;
+  in.is_meta = meta;
+  in.data = v;
+  in.data_size = sizeof v;
+  w->write(&in, 1, 1);
+  w->close();
+  auto bytes = tz_test::slurp(path);
+  ::unlink(path.c_str());
+  return bytes;
+}
+
+Errc read_error(const std::vector<uint8_t>& bytes, bool coalesce, bool sparse, bool verify) {
+  auto src = std::make_unique<MemorySource>(bytes);
+  src->coalesce = coalesce;
+  src->is_sparse = sparse;
+  try {
+    Reader r(std::move(src), {});
+    Loaded l = prepare(r, all_of(r));
+    r.read_batch(l.requests.data(), l.requests.size(), verify, 1, nullptr);
+  } catch (const Error& e) {
+    INFO(e.what());
+    return e.code();
+  }
+  return Errc::internal;  // no error
+}
+
+}  // namespace
+
+TEST_CASE("a sparse source never allocates a header the file sizes before its bytes exist") {
+  // Issue 15 (fixed before our fuzz runs; a crafted input replays it from
+  // fuzz/regressions/reader_coalesced/): on a sparse source (Redis) the file
+  // size bounds no offset, so a data offset of 2^50 made a 2^50-byte header
+  // buffer before anything was read.
+  auto bytes = write_one("sparse_header");
+  const uint64_t entry_end = 73 + 2 + 1 + 1 + 1 + 3 + 1 + 4 + 24;  // "t", "<f4", one u32 dim
+  REQUIRE(tz::format::load_u64(bytes.data() + entry_end - 8) == 16);  // data length where expected
+  tz::format::store_u64(bytes.data() + entry_end - 16, uint64_t(1) << 50);  // data offset
+  for (bool coalesce : {false, true}) {
+    INFO("coalesce=" << coalesce);
+    CHECK(read_error(bytes, coalesce, true, false) == Errc::truncated);
+  }
+}
+
+TEST_CASE("a verified read verifies something or fails") {
+  // A header storing no hash: nothing to verify against.
+  auto bytes = write_one("no_hashes");
+  const uint64_t header = tz::format::load_u64(bytes.data() + 73 + 2 + 1 + 1 + 1 + 3 + 1 + 4);
+  const uint64_t count_at = header + 8 + 2 + 1 + 2 + 1 + 1 + 3 + 1 + 4 + 2;
+  REQUIRE(bytes[count_at] == 2);  // CRC32 and SHA-256
+  bytes[count_at] = 0;
+  for (bool coalesce : {false, true}) {
+    INFO("coalesce=" << coalesce);
+    CHECK(read_error(bytes, coalesce, false, false) == Errc::internal);  // unverified: loads
+    CHECK(read_error(bytes, coalesce, false, true) == Errc::hash);
+  }
+  // A meta tensor's hashes cover its header: an altered header fails.
+  auto meta = write_one("meta_hashes", true);
+  for (bool coalesce : {false, true}) CHECK(read_error(meta, coalesce, false, true) == Errc::internal);
+  const uint64_t meta_header = tz::format::load_u64(meta.data() + 73 + 2 + 1 + 1 + 1 + 3 + 1 + 4);
+  meta[meta_header + 8] ^= 1;  // module index
+  for (bool coalesce : {false, true}) {
+    INFO("coalesce=" << coalesce);
+    CHECK(read_error(meta, coalesce, false, false) == Errc::internal);
+    CHECK(read_error(meta, coalesce, false, true) == Errc::hash);
+  }
 }

@@ -137,6 +137,11 @@ const SecretBytes& KeyResolver::key_for(const format::CryptInfo& info) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = derived_.find(params);
   if (it == derived_.end()) {
+    if (derived_.size() >= limits_.max_derivations) {
+      fail(Errc::limit, "The file asks for more than " + std::to_string(limits_.max_derivations) +
+                            " different key derivations (salts or parameters), above this reader's limit; "
+                            "raise kdf_max_derivations to allow it");
+    }
     const SecretBytes& pw = *material_->password_bytes();
     it = derived_.emplace(params, derive_key(pw.data(), pw.size(), params)).first;
   }

@@ -149,6 +149,30 @@ TEST_CASE("resolver rules") {
   }
 }
 
+TEST_CASE("the number of key derivations of one load is capped") {
+  // One salt per tensor would otherwise cost one Argon2 run per tensor.
+  const std::string pw = "pw";
+  KeyResolver::Limits limits;
+  limits.max_derivations = 2;
+  KeyResolver resolver(KeyMaterial::password(pw.data(), pw.size()), limits);
+  auto info_with_salt = [](uint8_t s) {
+    format::CryptInfo info;
+    info.kdf.push_back({1, 8192, format::kPwhashArgon2id13, std::vector<uint8_t>(16, s)});
+    return info;
+  };
+  const SecretBytes& k1 = resolver.key_for(info_with_salt(1));
+  resolver.key_for(info_with_salt(2));
+  CHECK(&resolver.key_for(info_with_salt(1)) == &k1);  // already derived: no new cost
+  try {
+    resolver.key_for(info_with_salt(3));
+    FAIL("a third derivation was allowed");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::limit);
+    CHECK(std::string(e.what()).find("kdf_max_derivations") != std::string::npos);
+  }
+  CHECK(KeyResolver::Limits{}.max_derivations == 4);
+}
+
 TEST_CASE("nonces count up as little-endian integers with carries") {
   format::Nonce n{};
   n[0] = 0xFF;

@@ -29,7 +29,9 @@ FileHeader parse_file_header(const uint8_t* data, size_t size) {
                             ", which is not supported in this release of tensorizer.\n"
                             "Supported data versions: 1, 2, 3, 4, 5");
   }
-  if (size < 9 + 48) fail(Errc::truncated, "File too small: ran out of data before reading a full header");
+  // Every field up to the metadata length M: the 32 flag bytes, tensor_size,
+  // 8 unused bytes and tensor_count end at offset 65.
+  if (size < kMetadataOffset - 8) fail(Errc::truncated, "File too small: ran out of data before reading a full header");
   const uint8_t* flags = data + 9;
   for (int i = 8; i < 32; ++i) {
     if (flags[i]) fail(Errc::format, "Unsupported feature flags: bits above 63 are set");
@@ -115,6 +117,14 @@ std::vector<MetadataEntry> parse_metadata(const FileHeader& header, const uint8_
     if (e.header_offset < data_start || e.data_offset <= e.header_offset ||
         e.header_length() < 8 + 2 + 1 + 2 + 1 + 1 + 2 + 1 + 8) {
       fail(Errc::format, "Invalid offsets for " + who + " in the metadata index");
+    }
+    // Meta tensors (no data stored) exist from data version 4 on: an older
+    // file with a zero data length for a non-empty tensor was altered, and
+    // must not load as zeros.
+    if (e.is_meta() && header.version < kMetaTensorVersion) {
+      fail(Errc::format, "Data length 0 of " + who + " (" + std::to_string(e.nbytes) +
+                             " bytes) in a file of data version " + std::to_string(header.version) +
+                             ", which cannot hold meta tensors");
     }
     if (e.data_length != 0 && e.data_length != e.nbytes) {
       fail(Errc::format, "Data length " + std::to_string(e.data_length) + " of " + who +

@@ -12,6 +12,7 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #define TZ_SHA256_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define TZ_SHA256_X86 0
@@ -118,11 +119,20 @@ struct ShaImpl {
   const char* name;
 };
 
+#if TZ_SHA256_X86
+// CPUID directly: clang before 15 rejects __builtin_cpu_supports("sha").
+bool cpu_has_sha_ni() noexcept {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSE4_1)) return false;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  return (b & (1u << 29)) != 0;  // CPUID.7.0:EBX.SHA
+}
+#endif
+
 ShaImpl pick_sha_impl() noexcept {
 #if TZ_SHA256_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1"))
-    return {&sha256_shani_blocks, "sha-ni"};
+  if (cpu_has_sha_ni()) return {&sha256_shani_blocks, "sha-ni"};
 #endif
   return {&detail::sha256_portable_blocks, "portable"};
 }
@@ -177,8 +187,7 @@ void sha256_portable_blocks(uint32_t* state, const uint8_t* data, size_t nblocks
 
 Sha256BlocksFn sha256_accel_blocks() noexcept {
 #if TZ_SHA256_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1")) return &sha256_shani_blocks;
+  if (cpu_has_sha_ni()) return &sha256_shani_blocks;
 #endif
   return nullptr;
 }

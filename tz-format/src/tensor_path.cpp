@@ -276,7 +276,30 @@ struct PathTrie::Node {
   std::map<std::string, std::unique_ptr<Node>> keys;
   std::map<uint64_t, std::unique_ptr<Node>> indices;
   bool empty() const { return keys.empty() && indices.empty(); }
+  ~Node();
+
+ private:
+  void detach_children(std::vector<std::unique_ptr<Node>>& out) {
+    for (auto& kv : keys) out.push_back(std::move(kv.second));
+    for (auto& kv : indices) out.push_back(std::move(kv.second));
+    keys.clear();
+    indices.clear();
+  }
 };
+
+// A file controls the depth of the trie (a structured name can hold tens of
+// thousands of components), so nodes are freed from a work list, never by
+// the recursion unique_ptr would do: each node is detached from its parent
+// and emptied before it is destroyed.
+PathTrie::Node::~Node() {
+  std::vector<std::unique_ptr<Node>> work;
+  detach_children(work);
+  while (!work.empty()) {
+    std::unique_ptr<Node> n = std::move(work.back());
+    work.pop_back();
+    n->detach_children(work);
+  }  // n, now childless, is freed here
+}
 
 PathTrie::PathTrie() : root_(std::make_unique<Node>()) {}
 PathTrie::~PathTrie() = default;

@@ -67,6 +67,56 @@ TEST_CASE("file header errors") {
   }
 }
 
+TEST_CASE("a file shorter than its header is refused before any field past its end is read") {
+  // Found by fuzz_file_header: 57-64 bytes passed the length check, and
+  // tensor_count (bytes 57-64) was read past the buffer.
+  const auto full = header_bytes(1, 0, 1, 8);
+  for (size_t cut = 41; cut < kMetadataOffset; ++cut) {
+    const std::vector<uint8_t> t(full.begin(), full.begin() + long(cut));  // exact size, for ASan
+    try {
+      parse_file_header(t.data(), t.size());
+      FAIL("accepted " << cut << " bytes");
+    } catch (const tz::Error& e) {
+      CHECK(e.code() == tz::Errc::truncated);
+      const std::string want = cut < kMetadataOffset - 8 ? "before reading a full header" : "the metadata length";
+      CHECK(std::string(e.what()).find(want) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("files of data versions 1-3 cannot hold meta tensors") {
+  // A zero data length for a non-empty tensor means "meta" from version 4
+  // on; before that it is damage, and must not load as zeros.
+  for (uint32_t version : {1u, 2u, 3u, 4u}) {
+    MetadataEntry e;
+    e.name = "w";
+    e.dtype = parse_dtype("<f4");
+    e.shape = {4};
+    e.header_offset = kMetadataOffset + 64;
+    e.data_offset = e.header_offset + 64;
+    e.data_length = 0;
+    std::vector<uint8_t> block;
+    append_metadata_entry(block, e, false);
+    block.resize(64);
+    FileHeader h;
+    h.version = version;
+    h.tensor_count = 1;
+    h.metadata_length = 64;
+    const uint64_t file_size = e.data_offset + 16;
+    if (version < kMetaTensorVersion) {
+      try {
+        parse_metadata(h, block.data(), block.size(), file_size);
+        FAIL("a meta tensor in a version " << version << " file was accepted");
+      } catch (const tz::Error& err) {
+        CHECK(err.code() == tz::Errc::format);
+        CHECK(std::string(err.what()).find("cannot hold meta tensors") != std::string::npos);
+      }
+    } else {
+      CHECK(parse_metadata(h, block.data(), block.size(), file_size).at(0).is_meta());
+    }
+  }
+}
+
 TEST_CASE("metadata entries round trip, tagged and untagged") {
   MetadataEntry e;
   e.name = "x.w";

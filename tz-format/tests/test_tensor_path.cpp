@@ -82,3 +82,28 @@ TEST_CASE("path trie detects conflicts") {
   t.insert({PathComponent::key("a")});  // free again once erased
   CHECK(t.contains({PathComponent::key("a")}));
 }
+
+TEST_CASE("a path trie of any depth is built and freed without recursion") {
+  // Issue 15 (fixed before our fuzz runs; a crafted input replays it from
+  // fuzz/regressions/tensor_path/): a structured name of tens of thousands of
+  // components made freeing the trie recurse once per level and overflow
+  // the stack. 200,000 levels need far more than a default stack.
+  TensorPath deep(200000, PathComponent::idx(0));
+  {
+    PathTrie trie;
+    trie.insert(deep);
+    CHECK(trie.contains(deep));
+    PathTrie moved(std::move(trie));
+    moved = PathTrie();  // the move-assigned-over trie is freed the same way
+  }
+  // The longest a file can hold, through the decoder.
+  std::string name = "\x1e[";
+  while (name.size() < 65530) name += "0,";
+  name += "0]";
+  const TensorPath p = decode_path(name);
+  CHECK(p.size() > 32000);
+  PathTrie trie;
+  trie.insert(p);
+  trie.erase(p);
+  trie.insert(p);
+}

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -123,13 +126,93 @@ void FileSource::read_direct(uint64_t offset, uint8_t* dst, size_t len) {
   if (end > b) read_buffered(b, dst + (b - offset), size_t(end - b));
 }
 
-FileSink::FileSink(const std::string& path) : path_(path) {
+namespace {
+
+std::string dir_of(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// fsync of a directory, so a rename in it survives a power loss.
+void sync_dir(const std::string& dir, const std::string& path) {
+  const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) os_fail("Cannot open the folder of", path, errno);
+  const int rc = ::fsync(d);
+  const int err = errno;
+  ::close(d);
+  // Some filesystems cannot sync a directory; the rename itself is done.
+  if (rc != 0 && err != EINVAL && err != EROFS) os_fail("Cannot sync the folder of", path, err);
+}
+
+}  // namespace
+
+FileSink::FileSink(const std::string& path, bool durable) : path_(path), dest_(path), durable_(durable) {
+  // A symbolic link keeps pointing where it did: its target is replaced.
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      dest_ = real;
+      std::free(real);
+    } else {
+      dest_.clear();  // a dangling or unusual link (/proc/self/fd/N): written in place
+    }
+  }
+  struct stat st {};
+  const bool exists = !dest_.empty() && ::stat(dest_.c_str(), &st) == 0;
+  if (!dest_.empty() && (!exists || S_ISREG(st.st_mode))) {
+    // A unique name beside the destination (same filesystem, so the rename
+    // is atomic); O_EXCL, so two savers never share a temporary file.
+    const std::string dir = dir_of(dest_);
+    const std::string base = dest_.substr(dest_.rfind('/') == std::string::npos ? 0 : dest_.rfind('/') + 1);
+    static std::atomic<uint64_t> counter{0};
+    for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+      char suffix[48];
+      std::snprintf(suffix, sizeof suffix, ".tz-%d-%llu", int(::getpid()),
+                    static_cast<unsigned long long>(counter.fetch_add(1)));
+      temp_ = dir + "/." + base + suffix;
+      fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ < 0 && errno != EEXIST) break;
+    }
+    if (fd_ >= 0) {
+      // The new checkpoint keeps the permissions of the one it replaces.
+      if (exists) (void)::fchmod(fd_, st.st_mode & 07777);
+      return;
+    }
+    const int err = errno;
+    temp_.clear();
+    // A folder we may not create files in (but whose file we may rewrite):
+    // in place, as before. Anything else is reported.
+    if (!exists || (err != EACCES && err != EPERM && err != EROFS)) os_fail("Cannot create", path, err);
+  }
+  temp_.clear();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd_ < 0) os_fail("Cannot create", path, errno);
 }
 
 FileSink::~FileSink() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  ::close(fd_);
+  if (!temp_.empty() && !published_) ::unlink(temp_.c_str());
+}
+
+void FileSink::publish() {
+  if (fd_ < 0 || temp_.empty() || published_) return;
+  // Data first, then the name: after a power loss the path holds the old
+  // file or this complete one, never a name for unwritten blocks.
+  if (durable_ && ::fdatasync(fd_) != 0) os_fail("Cannot sync", temp_, errno);
+  if (::rename(temp_.c_str(), dest_.c_str()) != 0) os_fail("Cannot move the new file into place at", path_, errno);
+  published_ = true;
+  if (durable_) sync_dir(dir_of(dest_), path_);
+}
+
+void FileSink::abort() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  ::close(fd);
+  // Never published: the previous file is still in place, untouched.
+  if (!temp_.empty() && !published_) ::unlink(temp_.c_str());
 }
 
 void FileSink::write_at(uint64_t offset, const void* src, size_t len) {
@@ -164,6 +247,24 @@ void FileSink::truncate(uint64_t size) {
 
 void FileSink::close() {
   if (fd_ < 0) return;
+  try {
+    publish();  // a writer closed without a write call still replaces the file
+    if (durable_ && ::fdatasync(fd_) != 0) os_fail("Cannot sync", path_, errno);
+    if (!temp_.empty()) {
+      // Two saves to one path: each writes its own file and the last rename
+      // wins whole. The one replaced says so instead of reporting success.
+      struct stat mine {}, there {};
+      if (::fstat(fd_, &mine) == 0 &&
+          (::stat(dest_.c_str(), &there) != 0 || mine.st_ino != there.st_ino || mine.st_dev != there.st_dev)) {
+        fail(Errc::conflict, "'" + path_ + "' was replaced by another save while this one was written; "
+                             "the other file is in place");
+      }
+    }
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) os_fail("Close failed on", path_, errno);
@@ -207,7 +308,7 @@ std::unique_ptr<Sink> open_sink(const std::string& uri, const SourceOptions& opt
     fail(Errc::unsupported, "Unsupported URI scheme in '" + uri.substr(0, scheme_end + 3) +
                                 "...': this build writes local files");
   }
-  return std::make_unique<FileSink>(strip_file_scheme(uri));
+  return std::make_unique<FileSink>(strip_file_scheme(uri), options.durable);
 }
 
 }  // namespace tz::io

@@ -73,13 +73,18 @@ def rewrite(
         _native.check(lib.tz_writer_close(writer))
         os.replace(tmp, dst)
     except BaseException:
+        # Freed first: freeing an open writer closes it, which would put its
+        # file in place at `tmp` after the unlink.
+        lib.tz_writer_free(writer)
+        writer = None
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
     finally:
-        lib.tz_writer_free(writer)
+        if writer is not None:
+            lib.tz_writer_free(writer)
     return count
 
 

@@ -84,6 +84,11 @@ class KeyResolver {
   struct Limits {
     uint64_t max_opslimit = 64;            // 16x SENSITIVE
     uint64_t max_memlimit = uint64_t(4) << 30;  // 4x SENSITIVE
+    // Distinct derivations (parameter sets) one file may ask for: the caps
+    // above bound one derivation, this bounds the whole load. Writers use
+    // one set per file; a file giving each tensor its own salt would
+    // otherwise cost a full Argon2 run per tensor.
+    uint64_t max_derivations = 4;
   };
   KeyResolver(std::shared_ptr<const KeyMaterial> material, Limits limits);
   const SecretBytes& key_for(const format::CryptInfo& info);

@@ -79,6 +79,10 @@ class Sink {
   virtual bool streaming() const { return false; }
   // Gives up after a failed save: a sink that can (S3) leaves no object behind.
   virtual void abort() { close(); }
+  // The object is complete and valid (a writer's write call finished). A
+  // sink writing beside its destination (a local file replacing another)
+  // moves it into place the first time; later writes go on in place.
+  virtual void publish() {}
 };
 
 struct HttpOptions;
@@ -86,6 +90,9 @@ struct S3Options;
 
 struct SourceOptions {
   bool direct_io = false;
+  // Local sinks: close() makes the file and its directory entry durable
+  // (fdatasync, then fsync of the directory) before it returns.
+  bool durable = true;
   std::shared_ptr<const HttpOptions> http;  // NULL: defaults
   std::shared_ptr<const S3Options> s3;      // NULL: resolve everything
 };
